@@ -1,0 +1,148 @@
+"""`TransformerConfig`: every architectural choice of the model in one validated dataclass.
+
+    cfg = TransformerConfig.preset("base", src_vocab_size=37000)   # the paper's base model
+    cfg = TransformerConfig.from_dict({"d_model": 256, ...})        # unknown keys raise ValueError
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+POSITIONAL = ("sinusoidal", "learned", "rope", "relative", "alibi", "none")
+ATTENTION_SCORES = ("scaled_dot", "dot", "additive", "bilinear")
+ACTIVATIONS = ("relu", "gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+
+# Paper, Table 3: base = N 6, d_model 512, d_ff 2048, h 8, P_drop 0.1; big = 1024 / 4096 / 16 / 0.3.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2, n_decoder_layers=2,
+                 dropout=0.1, attention_dropout=0.1, max_positions=256),
+    "base": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6, n_decoder_layers=6,
+                 dropout=0.1, attention_dropout=0.1),
+    "big": dict(d_model=1024, n_heads=16, d_ff=4096, n_encoder_layers=6, n_decoder_layers=6,
+                dropout=0.3, attention_dropout=0.3),
+}
+
+
+@dataclass
+class TransformerConfig:
+    """Hyper-parameters of an encoder-decoder, encoder-only or decoder-only Transformer.
+
+    Defaults are the paper's base model with a shared 8k vocabulary. Token ids follow the
+    tokenizer (pad 0, unk 1, bos 2, eos 3 for qkv's SentencePiece models).
+    """
+
+    # vocabulary and special ids
+    src_vocab_size: int = 8000
+    tgt_vocab_size: int | None = None  # None: same as src (joint vocabulary)
+    pad_id: int = 0
+    unk_id: int = 1
+    bos_id: int = 2
+    eos_id: int = 3
+    # shape
+    d_model: int = 512
+    n_heads: int = 8
+    n_kv_heads: int | None = None  # None: = n_heads; 1: multi-query; else grouped-query
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    # regularisation (paper: P_drop on sub-layer outputs, embeddings + positions)
+    dropout: float = 0.1
+    attention_dropout: float = 0.1  # on the attention weights
+    activation_dropout: float = 0.0  # inside the FFN, after the activation
+    # choices
+    positional: str = "sinusoidal"
+    max_positions: int = 1024  # table size for "learned"; "sinusoidal" has no cap
+    rope_base: float = 10000.0
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
+    attention: str = "scaled_dot"
+    attention_temperature: float = 1.0
+    activation: str = "relu"
+    norm: str = "layernorm"
+    norm_first: bool = False  # False: post-norm (paper); True: pre-norm
+    norm_eps: float = 1e-5
+    bias: bool = True  # biases in the linear layers
+    scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model) (paper 3.4)
+    share_embeddings: bool = True  # one embedding for source and target (needs a joint vocabulary)
+    tie_output: bool = True  # target embedding = pre-softmax projection (paper 3.4)
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes (e.g. data recipe); unused
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # --- derived -------------------------------------------------------------------------------
+    @property
+    def target_vocab_size(self) -> int:
+        return self.src_vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    # --- validation ----------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ValueError naming the field for any impossible combination."""
+
+        def check(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(f"TransformerConfig: {msg}")
+
+        for name in ("src_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
+            check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        check(self.target_vocab_size > 0, f"tgt_vocab_size must be positive, got {self.tgt_vocab_size}")
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            check(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
+        check(self.d_model % self.n_heads == 0,
+              f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        check(0 < self.kv_heads <= self.n_heads and self.n_heads % self.kv_heads == 0,
+              f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            p = getattr(self, name)
+            check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
+        check(self.positional in POSITIONAL, f"positional={self.positional!r}; choose from {POSITIONAL}")
+        check(self.attention in ATTENTION_SCORES,
+              f"attention={self.attention!r}; choose from {ATTENTION_SCORES}")
+        check(self.activation in ACTIVATIONS, f"activation={self.activation!r}; choose from {ACTIVATIONS}")
+        check(self.norm in NORMS, f"norm={self.norm!r}; choose from {NORMS}")
+        check(self.attention_temperature > 0, "attention_temperature must be positive")
+        check(self.positional != "rope" or self.d_head % 2 == 0,
+              f"rope needs an even head size, got d_model/n_heads = {self.d_head}")
+        check(self.positional != "relative" or self.relative_buckets >= 2, "relative_buckets must be >= 2")
+        check(not self.share_embeddings or self.target_vocab_size == self.src_vocab_size,
+              f"share_embeddings needs one vocabulary, got src {self.src_vocab_size} "
+              f"and tgt {self.target_vocab_size}")
+        specials = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        for name, value in specials.items():
+            check(0 <= value < min(self.src_vocab_size, self.target_vocab_size),
+                  f"{name}={value} is outside the vocabulary")
+        check(len(set(specials.values())) == 4, f"special ids must differ, got {specials}")
+
+    # --- construction --------------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
+        """A named preset ("tiny", "base", "big") with any field overridden."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TransformerConfig:
+        """Build from a dict; an unknown key is an error that names the key."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"TransformerConfig: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        return cls(**d)
+
+    def replace(self, **overrides: Any) -> TransformerConfig:
+        return self.from_dict({**self.to_dict(), **overrides})

@@ -1,0 +1,184 @@
+"""Token-based batching, as in fairseq and JoeyNMT.
+
+The paper: "Sentence pairs were batched together by approximate sequence length. Each training batch
+contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
+`TokenBatchSampler` sorts the examples by length, cuts the sorted order into batches whose padded size
+stays within `max_tokens`, and shuffles the order of the batches; `collate` turns one batch of id
+sequences into padded tensors.
+
+Lengths passed to the sampler are those of the tokenizer's ids; the specials `collate` adds (eos to the
+source, bos and eos to the target) are counted here, through SRC_SPECIALS and TGT_SPECIALS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+import torch
+
+SRC_SPECIALS = 1  # src = ids + [eos]
+TGT_SPECIALS = 2  # tgt = [bos] + ids + [eos]
+
+
+@dataclass
+class Batch:
+    """A padded batch of sentence pairs.
+
+    src: (B, S) source ids, each followed by eos, right-padded with pad.
+    tgt: (B, T+1) [bos] + target ids + [eos], right-padded; the decoder reads tgt[:, :-1] and
+        is trained to predict tgt[:, 1:].
+    n_src_tokens: non-pad tokens in src.
+    n_tgt_tokens: non-pad tokens in tgt[:, 1:], the number of predicted tokens.
+    indices: the dataset index of each row.
+    """
+
+    src: torch.Tensor
+    tgt: torch.Tensor
+    n_src_tokens: int
+    n_tgt_tokens: int
+    indices: list[int]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """The same batch with its tensors on `device`."""
+        return Batch(
+            self.src.to(device, non_blocking=non_blocking),
+            self.tgt.to(device, non_blocking=non_blocking),
+            self.n_src_tokens,
+            self.n_tgt_tokens,
+            self.indices,
+        )
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    """Right-pad id sequences into a (len(seqs), longest) LongTensor."""
+    out = torch.full((len(seqs), max(map(len, seqs))), pad_id, dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        out[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    return out
+
+
+def collate(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    indices: Sequence[int] | None = None,
+) -> Batch:
+    """(source ids, target ids) pairs -> Batch; `indices` defaults to 0..len(pairs)-1."""
+    srcs = [[*src, eos_id] for src, _ in pairs]
+    tgts = [[bos_id, *tgt, eos_id] for _, tgt in pairs]
+    return Batch(
+        src=pad_sequences(srcs, pad_id),
+        tgt=pad_sequences(tgts, pad_id),
+        n_src_tokens=sum(map(len, srcs)),
+        n_tgt_tokens=sum(len(t) - 1 for t in tgts),
+        indices=list(range(len(pairs)) if indices is None else indices),
+    )
+
+
+def cut_into_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int) -> list[int]:
+    """Greedily cut a sequence of examples into consecutive batches whose padded size fits max_tokens.
+
+    src_sizes, tgt_sizes: (N,) padded-tensor lengths of the examples, in batching order.
+    Returns the start offset of each batch, followed by N.
+    """
+    bounds, longest = [0], 0
+    for i, size in enumerate(np.maximum(src_sizes, tgt_sizes).tolist()):
+        longest = max(longest, size)
+        if (i - bounds[-1] + 1) * longest > max_tokens:  # example i opens a new batch
+            bounds.append(i)
+            longest = size
+    bounds.append(len(src_sizes))
+    return bounds
+
+
+class TokenBatchSampler:
+    """Yields lists of example indices whose padded batch holds at most `max_tokens` tokens.
+
+    Every epoch the examples are sorted by (target length, source length) with ties broken at random,
+    cut into batches, and the batches are shuffled; both random steps are seeded by (seed, epoch), so an
+    epoch's order is reproducible. The lengths in the sorted order do not depend on the tie-break, so the
+    batch boundaries, and the number of batches, are the same in every epoch.
+
+    With `world_size` > 1, rank r takes batches r, r + world_size, ... of the global order; the last
+    global batches are dropped so that every rank gets the same number.
+
+    Iterating to the end of an epoch moves on to the next one, so that `for batch in sampler` can simply
+    be repeated; `set_epoch` chooses an epoch explicitly. `state_dict` records the epoch and the number of
+    batches yielded in it, so that a restored sampler yields exactly the rest of the epoch.
+    With shuffle=False (evaluation) batches come in length order and nothing is random.
+    """
+
+    def __init__(
+        self,
+        src_lens: Sequence[int],
+        tgt_lens: Sequence[int],
+        max_tokens: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if len(src_lens) != len(tgt_lens):
+            raise ValueError(f"{len(src_lens)} source lengths but {len(tgt_lens)} target lengths")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        self.src_sizes = np.asarray(src_lens, dtype=np.int64) + SRC_SPECIALS
+        self.tgt_sizes = np.asarray(tgt_lens, dtype=np.int64) + TGT_SPECIALS
+        too_long = np.flatnonzero(np.maximum(self.src_sizes, self.tgt_sizes) > max_tokens)
+        if too_long.size:
+            i = int(too_long[0])
+            raise ValueError(
+                f"example {i} (source {src_lens[i]}, target {tgt_lens[i]} tokens plus specials) does not "
+                f"fit in max_tokens={max_tokens}; filter long examples out first "
+                f"({too_long.size} example(s) too long)"
+            )
+        self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
+        self.rank, self.world_size = rank, world_size
+        self.epoch, self.position = 0, 0
+        order = self._sorted_order(None)
+        self.bounds = cut_into_batches(self.src_sizes[order], self.tgt_sizes[order], max_tokens)
+
+    def _sorted_order(self, rng: np.random.Generator | None) -> np.ndarray:
+        """(N,) example indices sorted by (target size, source size), ties in random order if rng."""
+        perm = rng.permutation(len(self.src_sizes)) if rng is not None else np.arange(len(self.src_sizes))
+        return perm[np.lexsort((self.src_sizes[perm], self.tgt_sizes[perm]))]
+
+    def global_batches(self, epoch: int) -> list[list[int]]:
+        """All batches of `epoch`, over all ranks, in the order they are dealt out."""
+        rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
+        order = self._sorted_order(rng).tolist()
+        batches = [order[start:end] for start, end in pairwise(self.bounds)]
+        if rng is not None:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return (len(self.bounds) - 1) // self.world_size
+
+    def rank_batches(self, epoch: int) -> list[list[int]]:
+        """This rank's batches of `epoch`."""
+        n_dealt = len(self) * self.world_size
+        return self.global_batches(epoch)[self.rank : n_dealt : self.world_size]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        my_batches = self.rank_batches(self.epoch)
+        while self.position < len(my_batches):
+            self.position += 1
+            yield my_batches[self.position - 1]
+        self.epoch, self.position = self.epoch + 1, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its beginning; a no-op for the current epoch, so a resumed one goes on."""
+        if epoch != self.epoch:
+            self.epoch, self.position = epoch, 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]

@@ -1,0 +1,182 @@
+"""Subword tokenization with SentencePiece (Kudo & Richardson, 2018).
+
+The paper used byte-pair encoding with a shared source-target vocabulary of about 37000 tokens for
+English-German; SentencePiece trains BPE or unigram models straight from raw text, so no language-specific
+pre-tokenizer is needed. Ids follow the project convention: pad=0, unk=1, bos=2, eos=3.
+
+Two choices make the tokenizer lossless, `decode(encode(text)) == text` up to runs of whitespace, which
+matters because translations are scored on their detokenized text against raw references:
+
+* normalization is `identity`: SentencePiece's default NFKC would, for instance, turn the Chinese full-width
+  comma "，" into ","; punctuation normalization is the scorer's job (see `qkv.evaluate`);
+* for scripts with thousands of characters (CJK) the character coverage is 0.9995, as SentencePiece
+  recommends, and the rare characters left out of the vocabulary fall back to their UTF-8 bytes instead of
+  becoming <unk>.
+
+Files in a tokenizer directory: `tokenizer.json` and either `spm.model` (joint) or `spm.src.model` and
+`spm.tgt.model` (separate).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+CONFIG_FILE = "tokenizer.json"
+JOINT_MODEL, SRC_MODEL, TGT_MODEL = "spm.model", "spm.src.model", "spm.tgt.model"
+
+# CJK ideographs (and extension A, compatibility ideographs), kana, and hangul.
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u1100-\u11ff\uac00-\ud7af]")
+CJK_FRACTION = 0.01  # above this fraction of CJK characters, the text counts as CJK
+
+
+def auto_character_coverage(texts: Iterable[str]) -> float:
+    """0.9995 for text in which more than 1% of the non-space characters are CJK, else 1.0."""
+    n_cjk = n_chars = 0
+    for text in texts:
+        n_cjk += len(_CJK.findall(text))
+        n_chars += len(text) - text.count(" ")
+    return 0.9995 if n_cjk > CJK_FRACTION * max(n_chars, 1) else 1.0
+
+
+def _train_model(
+    texts: list[str],
+    vocab_size: int,
+    model_type: str,
+    character_coverage: float | None,
+    seed: int,
+    num_threads: int,
+) -> bytes:
+    """Train one SentencePiece model in memory and return its serialized proto."""
+    if character_coverage is None:
+        character_coverage = auto_character_coverage(texts)
+    spm.set_random_generator_seed(seed)
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=model,
+        model_type=model_type,
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,  # a tiny corpus yields a smaller vocabulary instead of an error
+        character_coverage=character_coverage,
+        byte_fallback=character_coverage < 1.0,
+        normalization_rule_name="identity",
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        num_threads=num_threads,
+        minloglevel=2,  # errors only
+    )
+    return model.getvalue()
+
+
+def _strip_specials(ids: list[int]) -> list[int]:
+    """Cut `ids` at the first eos and drop pad and bos."""
+    if EOS_ID in ids:
+        ids = ids[: ids.index(EOS_ID)]
+    return [i for i in ids if i not in (PAD_ID, BOS_ID)]
+
+
+class SubwordTokenizer:
+    """A source and a target SentencePiece model, which are one and the same model when `joint`."""
+
+    pad_id = PAD_ID
+    unk_id = UNK_ID
+    bos_id = BOS_ID
+    eos_id = EOS_ID
+
+    def __init__(self, src_proto: bytes, tgt_proto: bytes, config: dict) -> None:
+        self.config = config
+        self._src_proto, self._tgt_proto = src_proto, tgt_proto
+        self.src_sp = spm.SentencePieceProcessor(model_proto=src_proto)
+        self.tgt_sp = self.src_sp if config["joint"] else spm.SentencePieceProcessor(model_proto=tgt_proto)
+        for sp in (self.src_sp, self.tgt_sp):
+            got = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+            if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+                raise ValueError(f"SentencePiece model has special ids {got}, expected (0, 1, 2, 3)")
+
+    @classmethod
+    def train(
+        cls,
+        texts_src: list[str],
+        texts_tgt: list[str],
+        out_dir: str | Path,
+        vocab_size: int = 8000,
+        model_type: str = "unigram",
+        joint: bool = True,
+        character_coverage: float | None = None,
+        seed: int = 0,
+        num_threads: int = 1,
+    ) -> SubwordTokenizer:
+        """Train on raw sentences and save to `out_dir`.
+
+        vocab_size: the size of each model (an upper bound on tiny corpora).
+        model_type: "unigram" or "bpe".
+        joint: one model for both sides (the paper's shared vocabulary) or one model per side.
+        character_coverage: None picks 0.9995 for CJK text and 1.0 otherwise, per model.
+        seed, num_threads: training is deterministic for a fixed pair of them.
+        """
+        if model_type not in ("unigram", "bpe"):
+            raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
+        args = (vocab_size, model_type, character_coverage, seed, num_threads)
+        if joint:
+            src_proto = tgt_proto = _train_model(texts_src + texts_tgt, *args)
+        else:
+            src_proto, tgt_proto = _train_model(texts_src, *args), _train_model(texts_tgt, *args)
+        config = {"joint": joint, "model_type": model_type, "vocab_size": vocab_size}
+        tokenizer = cls(src_proto, tgt_proto, config)
+        tokenizer.save(out_dir)
+        return tokenizer
+
+    @classmethod
+    def load(cls, directory: str | Path) -> SubwordTokenizer:
+        """Load a tokenizer saved by `save` (or `train`)."""
+        directory = Path(directory)
+        config = json.loads((directory / CONFIG_FILE).read_text())
+        if config["joint"]:
+            src_proto = tgt_proto = (directory / JOINT_MODEL).read_bytes()
+        else:
+            src_proto, tgt_proto = (directory / SRC_MODEL).read_bytes(), (directory / TGT_MODEL).read_bytes()
+        return cls(src_proto, tgt_proto, config)
+
+    def save(self, directory: str | Path) -> None:
+        """Write `tokenizer.json` and the model file(s) to `directory`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.config["joint"]:
+            (directory / JOINT_MODEL).write_bytes(self._src_proto)
+        else:
+            (directory / SRC_MODEL).write_bytes(self._src_proto)
+            (directory / TGT_MODEL).write_bytes(self._tgt_proto)
+        (directory / CONFIG_FILE).write_text(json.dumps(self.config, indent=2) + "\n")
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self.src_sp.get_piece_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self.tgt_sp.get_piece_size()
+
+    def encode_src(self, texts: list[str]) -> list[list[int]]:
+        """Sentences -> subword ids, without bos/eos (the batcher adds them)."""
+        return self.src_sp.encode(texts, out_type=int)
+
+    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
+        """Sentences -> subword ids, without bos/eos (the batcher adds them)."""
+        return self.tgt_sp.encode(texts, out_type=int)
+
+    def decode_src(self, ids: list[list[int]]) -> list[str]:
+        """Ids -> sentences; each sequence stops at its first eos, and pad and bos are skipped."""
+        return self.src_sp.decode([_strip_specials(seq) for seq in ids])
+
+    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
+        """Ids -> sentences; each sequence stops at its first eos, and pad and bos are skipped."""
+        return self.tgt_sp.decode([_strip_specials(seq) for seq in ids])

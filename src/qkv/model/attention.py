@@ -1,0 +1,227 @@
+"""Attention: score functions, the scaled dot-product attention of the paper, and multi-head attention.
+
+    Attention(Q, K, V) = softmax(score(Q, K) + bias) V                      score: (B, H, T_q, T_k)
+    scaled dot-product:  score = Q K^T / sqrt(d_k)                          (paper eq. 1, the default)
+    dot-product:         score = Q K^T                                      (Luong)
+    additive:            score = v^T tanh(W_q q + W_k k)                    (Bahdanau)
+    bilinear:            score = Q W K^T                                    (Luong "general")
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+Every score is divided by an optional temperature. Masks follow `masks.py` (bool, True = may attend).
+The dot-product scores run through `F.scaled_dot_product_attention` (fused, memory-efficient) unless the
+attention weights are requested; the other scores and the weights use the explicit path below.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .cache import KVCache
+from .positions import apply_rotary
+
+
+def softmax_attention(scores: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
+                      dropout: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+    """softmax(scores + bias) V with masked keys removed.
+
+    scores (B, H, T_q, T_k), v (B, H, T_k, Dv), mask/bias broadcast to the scores. Returns the output
+    (B, H, T_q, Dv) and the weights (B, H, T_q, T_k). A row whose keys are all masked gets zero weights.
+    """
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # finite: no NaN, even in grads
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights * mask  # zero rows where nothing may be attended (as F.sdpa does)
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ v, weights
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                                 bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The paper's equation, written out: softmax(Q K^T / sqrt(d_k)) V. q (..., T_q, d_k) -> (..., T_q, d_v)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    return softmax_attention(scores, v, mask, bias)
+
+
+class DotProductScore(nn.Module):
+    """score = Q K^T * scale; scale = 1/sqrt(d_k) is the paper's scaled dot product, 1 the plain one."""
+
+    fused = True  # F.scaled_dot_product_attention computes exactly this
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return q @ k.transpose(-2, -1) * self.scale  # (B, H, T_q, T_k)
+
+
+class AdditiveScore(nn.Module):
+    """Bahdanau: score(q_i, k_j) = v^T tanh(W_q q_i + W_k k_j), per head. Memory O(T_q T_k Dh)."""
+
+    fused = False
+
+    def __init__(self, n_heads: int, d_head: int) -> None:
+        super().__init__()
+        self.w_q = nn.Parameter(torch.empty(n_heads, d_head, d_head))
+        self.w_k = nn.Parameter(torch.empty(n_heads, d_head, d_head))
+        self.v = nn.Parameter(torch.empty(n_heads, d_head))
+        for w in (self.w_q, self.w_k):
+            nn.init.xavier_uniform_(w)
+        nn.init.normal_(self.v, std=d_head**-0.5)
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        qw = q @ self.w_q[None]  # (B, H, T_q, A)
+        kw = k @ self.w_k[None]  # (B, H, T_k, A)
+        hidden = torch.tanh(qw[:, :, :, None, :] + kw[:, :, None, :, :])  # (B, H, T_q, T_k, A)
+        return (hidden @ self.v[None, :, None, :, None]).squeeze(-1)  # (B, H, T_q, T_k)
+
+
+class BilinearScore(nn.Module):
+    """Luong's "general" score: score = Q W K^T with one W (Dh, Dh) per head."""
+
+    fused = False
+
+    def __init__(self, n_heads: int, d_head: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_heads, d_head, d_head))
+        nn.init.xavier_uniform_(self.weight)
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return (q @ self.weight[None]) @ k.transpose(-2, -1)  # (B, H, T_q, T_k)
+
+
+def make_score(kind: str, n_heads: int, d_head: int) -> nn.Module:
+    if kind == "scaled_dot":
+        return DotProductScore(1.0 / math.sqrt(d_head))
+    if kind == "dot":
+        return DotProductScore(1.0)
+    if kind == "additive":
+        return AdditiveScore(n_heads, d_head)
+    if kind == "bilinear":
+        return BilinearScore(n_heads, d_head)
+    raise ValueError(f"unknown attention score {kind!r}")
+
+
+class MultiHeadedAttention(nn.Module):
+    """Multi-head attention with fused projections and heads split by reshape.
+
+    `in_proj` stacks [W^Q; W^K; W^V] (the layout of `nn.MultiheadAttention.in_proj_weight`): one matmul
+    for self-attention; for cross-attention the query rows project the target and the key/value rows
+    project the memory. With n_kv_heads < n_heads, groups of query heads share a key/value head
+    (grouped-query attention; n_kv_heads = 1 is multi-query attention).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, dropout: float = 0.0,
+                 bias: bool = True, score: str = "scaled_dot", temperature: float = 1.0) -> None:
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if d_model % n_heads or n_heads % n_kv_heads:
+            raise ValueError(f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads} do not divide")
+        self.n_heads, self.n_kv_heads, self.d_head = n_heads, n_kv_heads, d_model // n_heads
+        self.q_dim, self.kv_dim = d_model, n_kv_heads * self.d_head
+        self.in_proj = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.score = make_score(score, n_heads, self.d_head)
+        self.temperature = temperature
+        self.dropout = nn.Dropout(dropout)
+
+    def _heads(self, x: Tensor, n: int) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, n, self.d_head).transpose(1, 2)  # (B, T, n*Dh) -> (B, n, T, Dh)
+
+    def project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention projections in one matmul: x (B, T, D) -> q (B, H, T, Dh), k, v (B, H_kv, T, Dh)."""
+        q, k, v = self.in_proj(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
+        return self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+
+    def project_query(self, query: Tensor) -> Tensor:
+        b = None if self.in_proj.bias is None else self.in_proj.bias[: self.q_dim]
+        return F.linear(query, self.in_proj.weight[: self.q_dim], b)  # (B, T, D)
+
+    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of the memory (B, S, D) -> 2 x (B, H_kv, S, Dh). Cached once per source."""
+        b = None if self.in_proj.bias is None else self.in_proj.bias[self.q_dim :]
+        k, v = F.linear(memory, self.in_proj.weight[self.q_dim :], b).chunk(2, dim=-1)
+        return self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+
+    def forward(self, query: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                bias: Tensor | None = None, rotary: tuple[Tensor, Tensor] | None = None,
+                cache: KVCache | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """query (B, T, D); memory (B, S, D) for cross-attention, None for self-attention.
+
+        mask: bool, broadcast to (B, H, T, S), True = may attend. bias: float (1|B, H, T, S) added to the
+        scores (relative positions, ALiBi). rotary: (cos, sin) (T, Dh) for the T new positions (RoPE).
+        cache: self-attention appends the new keys/values; cross-attention computes them on first use.
+        Returns the output (B, T, D) and, if need_weights, the weights (B, H, T, S).
+        """
+        B, T, _ = query.shape
+        if memory is None:  # self-attention
+            q, k, v = self.project_self(query)
+            if rotary is not None:
+                q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+            if cache is not None:
+                k, v = cache.append(k, v)
+        else:  # cross-attention: the memory's keys/values are computed once per source when cached
+            q = self._heads(self.project_query(query), self.n_heads)
+            if cache is None or cache.empty:
+                k, v = self.project_memory(memory)
+                if cache is not None:
+                    cache.set_static(k, v)
+            else:
+                k, v = cache.keys, cache.values
+        out, weights = self.attend(q, k, v, mask, bias, need_weights)
+        out = out.transpose(1, 2).reshape(B, T, self.q_dim)  # concat heads: (B, T, H*Dh)
+        return self.out_proj(out), weights
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
+               need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """Per-head attention for all heads at once. q (B, H, T, Dh), k/v (B, H_kv, S, Dh) -> (B, H, T, Dh)."""
+        if getattr(self.score, "fused", False) and not need_weights:
+            attn_mask = mask
+            if bias is not None:
+                attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=self.dropout.p if self.training else 0.0,
+                scale=self.score.scale / self.temperature, enable_gqa=self.n_kv_heads != self.n_heads)
+            return out, None
+        if self.n_kv_heads != self.n_heads:
+            k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+            v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+        scores = self.score(q, k) / self.temperature  # (B, H, T, S)
+        out, weights = softmax_attention(scores, v, mask, bias, self.dropout)
+        return out, weights if need_weights else None
+
+
+def per_head_attention(mha: MultiHeadedAttention, query: Tensor, memory: Tensor | None = None,
+                       mask: Tensor | None = None) -> Tensor:
+    """The reference: MultiHead = Concat(head_1..head_h) W^O computed one head at a time (a Python loop).
+
+    Slow and literal, for reading against the paper and for testing the fused `MultiHeadedAttention`
+    (scaled dot-product score). query (B, T, D), memory (B, S, D) or None -> (B, T, D).
+    """
+    memory = query if memory is None else memory
+    d, Dh, group = mha.q_dim, mha.d_head, mha.n_heads // mha.n_kv_heads
+    W, b = mha.in_proj.weight, mha.in_proj.bias
+    if b is None:
+        b = torch.zeros(W.size(0), dtype=W.dtype, device=W.device)
+    heads = []
+    for i in range(mha.n_heads):
+        j = i // group  # the key/value head this query head reads
+        q_rows = slice(i * Dh, (i + 1) * Dh)
+        k_rows = slice(d + j * Dh, d + (j + 1) * Dh)
+        v_rows = slice(d + mha.kv_dim + j * Dh, d + mha.kv_dim + (j + 1) * Dh)
+        q = query @ W[q_rows].T + b[q_rows]  # Q W_i^Q: (B, T, Dh)
+        k = memory @ W[k_rows].T + b[k_rows]  # K W_i^K: (B, S, Dh)
+        v = memory @ W[v_rows].T + b[v_rows]  # V W_i^V: (B, S, Dh)
+        head_mask = None if mask is None else mask[:, min(i, mask.size(1) - 1)]  # (B, T|1, S)
+        head, _ = scaled_dot_product_attention(q, k, v, head_mask)
+        heads.append(head)
+    return mha.out_proj(torch.cat(heads, dim=-1))  # Concat(head_1..head_h) W^O

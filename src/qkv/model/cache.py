@@ -1,0 +1,90 @@
+"""The incremental-decoding cache: an explicit object the decoder reads and writes, nothing hidden.
+
+At decoding step t the decoder sees only the newest token. Its self-attention needs the keys and values
+of all earlier target positions (they grow by one per step); its cross-attention needs the keys and
+values of the source memory (computed once per source, then reused). `DecoderCache` holds both, one
+`KVCache` per attention module, and `reorder(index)` follows beam search (or drops finished sentences).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+class KVCache:
+    """Keys and values (B, H_kv, T, Dh) of one attention module.
+
+    Self-attention appends into a preallocated buffer that doubles when full (no `torch.cat` per step);
+    cross-attention stores the memory's keys and values once (`static`).
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._k: Tensor | None = None  # (B, H_kv, capacity, Dh)
+        self._v: Tensor | None = None
+        self.length = 0
+
+    @property
+    def empty(self) -> bool:
+        return self._k is None
+
+    @property
+    def keys(self) -> Tensor:
+        assert self._k is not None, "empty cache"
+        return self._k[:, :, : self.length]
+
+    @property
+    def values(self) -> Tensor:
+        assert self._v is not None, "empty cache"
+        return self._v[:, :, : self.length]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add T new positions k, v (B, H_kv, T, Dh); return all keys and values so far (B, H_kv, L, Dh)."""
+        new_length = self.length + k.size(2)
+        if self._k is None or new_length > self._k.size(2):
+            self._grow(k, v, max(2 * new_length, self.capacity))
+        assert self._k is not None and self._v is not None
+        self._k[:, :, self.length : new_length] = k
+        self._v[:, :, self.length : new_length] = v
+        self.length = new_length
+        return self.keys, self.values
+
+    def set_static(self, k: Tensor, v: Tensor) -> None:
+        """Store keys and values computed once (cross-attention over the source)."""
+        self._k, self._v, self.length = k, v, k.size(2)
+
+    def _grow(self, k: Tensor, v: Tensor, capacity: int) -> None:
+        B, H, _, Dh = k.shape
+        new_k = k.new_empty(B, H, capacity, Dh)
+        new_v = v.new_empty(B, H, capacity, v.size(-1))
+        if self._k is not None and self._v is not None:
+            new_k[:, :, : self.length] = self.keys
+            new_v[:, :, : self.length] = self.values
+        self._k, self._v = new_k, new_v
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (B',) in that order: beam search's back-pointers, or dropping rows."""
+        if self._k is not None and self._v is not None:
+            self._k = self._k.index_select(0, index)
+            self._v = self._v.index_select(0, index)
+
+
+class DecoderCache:
+    """Per-layer self-attention and cross-attention caches of a decoder stack."""
+
+    def __init__(self, n_layers: int, cross_attention: bool = True, capacity: int = 64) -> None:
+        self.self_attn = [KVCache(capacity) for _ in range(n_layers)]
+        self.cross_attn = [KVCache() for _ in range(n_layers)] if cross_attention else None
+
+    @property
+    def length(self) -> int:
+        """Number of target positions already decoded (the position of the next token)."""
+        return self.self_attn[0].length if self.self_attn else 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Reorder every layer's cache along the batch: index (B',) LongTensor of rows to keep."""
+        for c in self.self_attn + (self.cross_attn or []):
+            c.reorder(index)
+
+    def layer(self, i: int) -> tuple[KVCache, KVCache | None]:
+        return self.self_attn[i], None if self.cross_attn is None else self.cross_attn[i]

@@ -1,0 +1,127 @@
+"""The layers: feed-forward, normalisation, the residual "Add & Norm" connection, encoder and decoder layers.
+
+    FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                      (paper eq. 2; GELU and SwiGLU as options)
+    post-norm (paper):  x = Norm(x + Dropout(Sublayer(x)))
+    pre-norm:           x = x + Dropout(Sublayer(Norm(x)))      (the stack then ends with a final Norm)
+    EncoderLayer:  self-attention -> FFN
+    DecoderLayer:  masked self-attention -> cross-attention over the encoder output -> FFN
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import TransformerConfig
+from .attention import MultiHeadedAttention
+from .cache import KVCache
+
+
+class PositionwiseFeedForward(nn.Module):
+    """Two linear maps with an activation between, applied to each position alike. (B, T, D) -> (B, T, D).
+
+    SwiGLU (Shazeer 2020): (Swish(x W) * (x V)) W_2, with W and V fused in `w_1` (D -> 2 d_ff).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0,
+                 bias: bool = True) -> None:
+        super().__init__()
+        self.activation = activation
+        self.w_1 = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff, bias=bias)
+        self.w_2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.w_1(x)  # (B, T, d_ff) or (B, T, 2 d_ff)
+        if self.activation == "swiglu":
+            gate, value = h.chunk(2, dim=-1)
+            h = F.silu(gate) * value
+        elif self.activation == "gelu":
+            h = F.gelu(h)
+        else:
+            h = F.relu(h)
+        return self.w_2(self.dropout(h))
+
+
+def make_norm(kind: str, d_model: int, eps: float) -> nn.Module:
+    """LayerNorm (paper) or RMSNorm (Zhang & Sennrich 2019: no centring, no bias)."""
+    return nn.RMSNorm(d_model, eps=eps) if kind == "rmsnorm" else nn.LayerNorm(d_model, eps=eps)
+
+
+class SublayerConnection(nn.Module):
+    """Residual connection around a sub-layer with dropout and a norm, before (pre) or after (post) it."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool = False, norm: str = "layernorm",
+                 eps: float = 1e-5) -> None:
+        super().__init__()
+        self.norm = make_norm(norm, d_model, eps)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+def _attention(cfg: TransformerConfig) -> MultiHeadedAttention:
+    return MultiHeadedAttention(cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.attention_dropout, cfg.bias,
+                                cfg.attention, cfg.attention_temperature)
+
+
+def _sublayer(cfg: TransformerConfig) -> SublayerConnection:
+    return SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.norm, cfg.norm_eps)
+
+
+def _feed_forward(cfg: TransformerConfig) -> PositionwiseFeedForward:
+    return PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.activation_dropout, cfg.bias)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each inside a SublayerConnection. (B, S, D) -> (B, S, D)."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.self_attn = _attention(cfg)
+        self.feed_forward = _feed_forward(cfg)
+        self.sublayer = nn.ModuleList([_sublayer(cfg), _sublayer(cfg)])
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
+                rotary: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        x = self.sublayer[0](x, lambda h: self.self_attn(h, mask=mask, bias=bias, rotary=rotary)[0])
+        return self.sublayer[1](x, self.feed_forward)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the memory (absent in decoder-only models), FFN.
+
+    x (B, T, D), memory (B, S, D) -> (B, T, D) and, if need_weights, the cross-attention weights (B, H, T, S).
+    """
+
+    def __init__(self, cfg: TransformerConfig, cross_attention: bool = True) -> None:
+        super().__init__()
+        self.self_attn = _attention(cfg)
+        self.cross_attn = _attention(cfg) if cross_attention else None
+        self.feed_forward = _feed_forward(cfg)
+        self.sublayer = nn.ModuleList([_sublayer(cfg) for _ in range(3 if cross_attention else 2)])
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None, bias: Tensor | None = None,
+                rotary: tuple[Tensor, Tensor] | None = None, self_cache: KVCache | None = None,
+                cross_cache: KVCache | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        x = self.sublayer[0](
+            x, lambda h: self.self_attn(h, mask=self_mask, bias=bias, rotary=rotary, cache=self_cache)[0])
+        weights = None
+        if self.cross_attn is not None:
+            assert memory is not None, "an encoder-decoder layer needs the encoder output"
+
+            def cross(h: Tensor) -> Tensor:
+                nonlocal weights
+                out, weights = self.cross_attn(h, memory, mask=memory_mask, cache=cross_cache,
+                                               need_weights=need_weights)
+                return out
+
+            x = self.sublayer[1](x, cross)
+        return self.sublayer[-1](x, self.feed_forward), weights

@@ -1,0 +1,232 @@
+"""The stacks and the models built from them.
+
+    Encoder:      ids -> embedding (+ positions) -> N x EncoderLayer -> memory (B, S, D)
+    Decoder:      ids -> embedding (+ positions) -> N x DecoderLayer(memory) -> hidden (B, T, D)
+    Transformer:  the encoder-decoder of the paper; logits = generator(decoder(tgt, encoder(src)))
+    EncoderOnly:  BERT-style, with a masked-token head and a classification head
+    DecoderOnly:  GPT-style causal language model (decoder layers without cross-attention)
+
+Positional information (config.positional) is added to the embeddings ("sinusoidal", "learned") or
+given to every layer's self-attention ("rope": rotations, "relative"/"alibi": score biases), computed once
+per stack and shared by its layers. Cross-attention has no positional term.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import TransformerConfig
+from .cache import DecoderCache
+from .embedding import TokenEmbedding
+from .layers import DecoderLayer, EncoderLayer, make_norm
+from .masks import causal_mask, padding_mask
+from .positions import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RelativePositionBias,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
+
+
+class Stack(nn.Module):
+    """What encoder and decoder stacks share: the embedding, the positions, the final norm."""
+
+    def __init__(self, cfg: TransformerConfig, embedding: TokenEmbedding, causal: bool) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = embedding
+        self.absolute: nn.Module | None = None  # added to the embeddings
+        self.rotary: RotaryEmbedding | None = None  # rotates q and k
+        self.score_bias: nn.Module | None = None  # added to the scores
+        if cfg.positional == "sinusoidal":
+            self.absolute = SinusoidalPositionalEncoding(cfg.d_model)
+        elif cfg.positional == "learned":
+            self.absolute = LearnedPositionalEmbedding(cfg.max_positions, cfg.d_model)
+        elif cfg.positional == "rope":
+            self.rotary = RotaryEmbedding(cfg.d_head, cfg.rope_base)
+        elif cfg.positional == "relative":
+            self.score_bias = RelativePositionBias(cfg.n_heads, bidirectional=not causal,
+                                                   num_buckets=cfg.relative_buckets,
+                                                   max_distance=cfg.relative_max_distance)
+        elif cfg.positional == "alibi":
+            self.score_bias = ALiBi(cfg.n_heads)
+        self.dropout = nn.Dropout(cfg.dropout)
+        # pre-norm leaves the residual stream un-normalised, so the stack ends with one more norm
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_first else nn.Identity()
+
+    def embed(self, ids: Tensor, offset: int = 0) -> Tensor:
+        """ids (B, T) at positions offset.. -> Dropout(Embedding * sqrt(D) + PE): (B, T, D)."""
+        x = self.embedding(ids)
+        if self.absolute is not None:
+            x = self.absolute(x, offset)
+        return self.dropout(x)
+
+    def positional_terms(self, q_len: int, k_len: int,
+                         dtype: torch.dtype) -> tuple[Tensor | None, tuple[Tensor, Tensor] | None]:
+        """The score bias (1, H, T_q, T_k) and rotary (cos, sin) (T_q, Dh) for the last q_len of k_len."""
+        bias = None if self.score_bias is None else self.score_bias(q_len, k_len).to(dtype)
+        rotary = None if self.rotary is None else self.rotary(q_len, k_len - q_len, dtype)
+        return bias, rotary
+
+
+class Encoder(Stack):
+    """N encoder layers over the embedded source. ids (B, S) -> memory (B, S, D)."""
+
+    def __init__(self, cfg: TransformerConfig, embedding: TokenEmbedding) -> None:
+        super().__init__(cfg, embedding, causal=False)
+        self.layers = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers)])
+
+    def forward(self, src_ids: Tensor, mask: Tensor | None = None) -> Tensor:
+        """mask: bool (B, 1, 1, S), True = real token; built from the padding id when None."""
+        if mask is None:
+            mask = padding_mask(src_ids, self.cfg.pad_id)
+        x = self.embed(src_ids)  # (B, S, D)
+        bias, rotary = self.positional_terms(x.size(1), x.size(1), x.dtype)
+        for layer in self.layers:
+            x = layer(x, mask, bias, rotary)
+        return self.norm(x)
+
+
+class Decoder(Stack):
+    """N decoder layers. ids (B, T) [+ memory (B, S, D)] -> hidden (B, T, D), cross-attention weights.
+
+    Causal self-attention: position t sees positions <= t. Targets are right-padded, so the causal mask
+    already hides padding from every real position. With a `DecoderCache`, `tgt_ids` holds only the new
+    positions (usually one) and the earlier ones are read from the cache.
+    """
+
+    def __init__(self, cfg: TransformerConfig, embedding: TokenEmbedding, cross_attention: bool = True) -> None:
+        super().__init__(cfg, embedding, causal=True)
+        self.layers = nn.ModuleList([DecoderLayer(cfg, cross_attention) for _ in range(cfg.n_decoder_layers)])
+        self.cross_attention = cross_attention
+
+    def forward(self, tgt_ids: Tensor, memory: Tensor | None = None, memory_mask: Tensor | None = None,
+                cache: DecoderCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, list[Tensor | None]]:
+        offset = 0 if cache is None else cache.length
+        T = tgt_ids.size(1)
+        x = self.embed(tgt_ids, offset)  # (B, T, D)
+        self_mask = None if T == 1 else causal_mask(T, offset + T, x.device)  # one new token sees all
+        bias, rotary = self.positional_terms(T, offset + T, x.dtype)
+        weights = []
+        for i, layer in enumerate(self.layers):
+            self_cache, cross_cache = (None, None) if cache is None else cache.layer(i)
+            x, w = layer(x, memory, self_mask, memory_mask, bias, rotary, self_cache, cross_cache, need_weights)
+            weights.append(w)
+        return self.norm(x), weights
+
+
+def init_linear_weights(module: nn.Module) -> None:
+    """Xavier-uniform matrices and zero biases for every nn.Linear (as nn.Transformer does)."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer. model(src_ids (B, S), tgt_in_ids (B, T)) -> logits (B, T, V_tgt).
+
+    Weight tying (paper 3.4): `share_embeddings` uses one embedding for source and target (joint
+    vocabulary); `tie_output` makes the pre-softmax projection the target embedding matrix.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        cfg = self.config = config
+        src_embedding = TokenEmbedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+        tgt_embedding = src_embedding if cfg.share_embeddings else TokenEmbedding(
+            cfg.target_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+        self.encoder = Encoder(cfg, src_embedding)
+        self.decoder = Decoder(cfg, tgt_embedding)
+        self.generator = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=False)
+        init_linear_weights(self)
+        if cfg.tie_output:
+            self.generator.weight = tgt_embedding.weight
+
+    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
+        src_mask = padding_mask(src_ids, self.config.pad_id)
+        memory = self.encode(src_ids, src_mask)
+        return self.decode(tgt_in_ids, memory, src_mask)
+
+    def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """src_ids (B, S) -> memory (B, S, D). Run once per source sentence."""
+        return self.encoder(src_ids, src_mask)
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
+               cache: DecoderCache | None = None) -> Tensor:
+        """tgt_ids (B, T) -> logits (B, T, V). With `cache`, tgt_ids are the next positions only."""
+        hidden, _ = self.decoder(tgt_ids, memory, memory_mask, cache)
+        return self.generator(hidden)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for incremental decoding with this model."""
+        return DecoderCache(len(self.decoder.layers), cross_attention=True)
+
+    def num_parameters(self) -> int:
+        """Trainable and frozen parameters, each shared tensor counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+
+class EncoderOnly(nn.Module):
+    """BERT-style encoder: hidden states, masked-token logits (tied to the embedding), class logits."""
+
+    def __init__(self, config: TransformerConfig, n_classes: int = 2) -> None:
+        super().__init__()
+        cfg = self.config = config
+        self.encoder = Encoder(cfg, TokenEmbedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id,
+                                                   cfg.scale_embeddings))
+        self.mlm_transform = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), nn.GELU(),
+                                           make_norm(cfg.norm, cfg.d_model, cfg.norm_eps))
+        self.mlm_bias = nn.Parameter(torch.zeros(cfg.src_vocab_size))
+        self.pooler = nn.Linear(cfg.d_model, cfg.d_model)  # tanh(W h_[CLS]) as in BERT
+        self.classifier = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(cfg.d_model, n_classes))
+        init_linear_weights(self)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """ids (B, S) -> hidden states (B, S, D)."""
+        return self.encoder(ids)
+
+    def masked_lm_logits(self, ids: Tensor) -> Tensor:
+        """Logits over the vocabulary at every position (B, S, V), for masked-token prediction."""
+        h = self.mlm_transform(self.encoder(ids))
+        return F.linear(h, self.encoder.embedding.weight, self.mlm_bias)
+
+    def classify(self, ids: Tensor) -> Tensor:
+        """Class logits (B, n_classes) from the first token's state (put a [CLS] id there)."""
+        pooled = torch.tanh(self.pooler(self.encoder(ids)[:, 0]))
+        return self.classifier(pooled)
+
+
+class DecoderOnly(nn.Module):
+    """GPT-style causal language model: ids (B, T) -> next-token logits (B, T, V)."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        cfg = self.config = config
+        embedding = TokenEmbedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+        self.decoder = Decoder(cfg, embedding, cross_attention=False)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.src_vocab_size, bias=False)
+        init_linear_weights(self)
+        if cfg.tie_output:
+            self.lm_head.weight = embedding.weight
+
+    def forward(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        hidden, _ = self.decoder(ids, cache=cache)
+        return self.lm_head(hidden)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache(len(self.decoder.layers), cross_attention=False)
+
+
+def count_parameters(config: TransformerConfig) -> int:
+    """Parameters of `Transformer(config)`, computed on the meta device (no memory, any size)."""
+    with torch.device("meta"):
+        return Transformer(config).num_parameters()
+
+
+__all__ = ["Decoder", "DecoderOnly", "Encoder", "EncoderOnly", "Transformer", "count_parameters"]

@@ -1,0 +1,96 @@
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from qkv.data.tokenizer import SubwordTokenizer, auto_character_coverage
+
+EN_WORDS = "a man woman dog runs over green grass in the park child plays with red blue ball"
+DE_WORDS = "ein mann frau hund läuft über grünes gras im park kind spielt mit rotem blauen ball"
+# Frequent to rare (Zipf-like sampling below), so that coverage 0.9995 leaves some characters out.
+ZH_CHARS = (
+    "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产"
+    "种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从"
+    "业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又"
+    "龘龖麤"
+)
+
+
+def sentences(words: Sequence[str], n: int, seed: int, sep: str = " ") -> list[str]:
+    """`n` random sentences over `words`, the first ones being the most frequent."""
+    rng = random.Random(seed)
+    weights = [1 / (i + 1) for i in range(len(words))]
+    return [sep.join(rng.choices(words, weights, k=rng.randint(3, 15))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[list[str], list[str]]:
+    return sentences(EN_WORDS.split(), 300, seed=0), sentences(DE_WORDS.split(), 300, seed=1)
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+@pytest.mark.parametrize("joint", [True, False])
+def test_round_trip_joint_and_separate(tmp_path, corpus, model_type, joint):
+    src, tgt = corpus
+    tok = SubwordTokenizer.train(src, tgt, tmp_path, vocab_size=100, model_type=model_type, joint=joint)
+    assert tok.decode_src(tok.encode_src(src)) == src
+    assert tok.decode_tgt(tok.encode_tgt(tgt)) == tgt
+    files = {p.name for p in tmp_path.iterdir()}
+    assert files == ({"spm.model"} if joint else {"spm.src.model", "spm.tgt.model"}) | {"tokenizer.json"}
+    if joint:
+        assert tok.src_vocab_size == tok.tgt_vocab_size
+    else:  # each side's model only knows its own words
+        assert "▁läuft" not in {tok.src_sp.id_to_piece(i) for i in range(tok.src_vocab_size)}
+
+
+def test_special_ids_and_no_bos_eos_added(tmp_path, corpus):
+    tok = SubwordTokenizer.train(*corpus, tmp_path, vocab_size=100)
+    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
+    assert [tok.src_sp.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    for ids in tok.encode_tgt(corpus[1][:20]):
+        assert ids and not {0, 2, 3} & set(ids)
+
+
+def test_decode_stops_at_eos_and_skips_pad_and_bos(tmp_path, corpus):
+    tok = SubwordTokenizer.train(*corpus, tmp_path, vocab_size=100)
+    ids = tok.encode_tgt(["ein mann", "im park"])
+    padded = [[tok.bos_id, *ids[0], tok.eos_id, *ids[1]], [tok.bos_id, *ids[1], tok.eos_id, tok.pad_id]]
+    assert tok.decode_tgt(padded) == ["ein mann", "im park"]
+
+
+def test_chinese_round_trip_with_auto_coverage(tmp_path):
+    zh = [*sentences(ZH_CHARS, 400, seed=2, sep=""), "我们今天去公园，天气很好。"]
+    en = sentences(EN_WORDS.split(), 400, seed=3)
+    assert auto_character_coverage(zh) == 0.9995 and auto_character_coverage(en) == 1.0
+    tok = SubwordTokenizer.train(en, zh, tmp_path, vocab_size=500, joint=False)
+    assert tok.decode_tgt(tok.encode_tgt(zh)) == zh
+    unseen = ["他说：「鑫森淼焱垚」很难写。"]  # characters absent from training fall back to bytes, not <unk>
+    assert tok.unk_id not in tok.encode_tgt(unseen)[0]
+    assert tok.decode_tgt(tok.encode_tgt(unseen)) == unseen
+    assert tok.decode_src(tok.encode_src(en)) == en
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_training_is_deterministic(tmp_path, corpus, model_type):
+    a = SubwordTokenizer.train(*corpus, tmp_path / "a", vocab_size=100, model_type=model_type)
+    b = SubwordTokenizer.train(*corpus, tmp_path / "b", vocab_size=100, model_type=model_type)
+    assert (tmp_path / "a" / "spm.model").read_bytes() == (tmp_path / "b" / "spm.model").read_bytes()
+    assert a.encode_src(corpus[0]) == b.encode_src(corpus[0])
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_load_equals_original(tmp_path, corpus, joint):
+    src, tgt = corpus
+    tok = SubwordTokenizer.train(src, tgt, tmp_path / "trained", vocab_size=100, joint=joint)
+    tok.save(tmp_path / "copy")
+    for directory in ("trained", "copy"):
+        loaded = SubwordTokenizer.load(tmp_path / directory)
+        assert loaded.config == {"joint": joint, "model_type": "unigram", "vocab_size": 100}
+        assert (loaded.src_vocab_size, loaded.tgt_vocab_size) == (tok.src_vocab_size, tok.tgt_vocab_size)
+        assert loaded.encode_src(src) == tok.encode_src(src)
+        assert loaded.encode_tgt(tgt) == tok.encode_tgt(tgt)
+
+
+def test_rejects_unknown_model_type(tmp_path, corpus):
+    with pytest.raises(ValueError, match="model_type"):
+        SubwordTokenizer.train(*corpus, tmp_path, model_type="word")
