@@ -83,7 +83,7 @@ def cut_into_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: i
     """Greedily cut a sequence of examples into consecutive batches whose padded size fits max_tokens.
 
     src_sizes, tgt_sizes: (N,) padded-tensor lengths of the examples, in batching order.
-    Returns the start offset of each batch, followed by N.
+    Returns the start offset of each batch, followed by N (just [0] when N = 0).
     """
     bounds, longest = [0], 0
     for i, size in enumerate(np.maximum(src_sizes, tgt_sizes).tolist()):
@@ -91,7 +91,8 @@ def cut_into_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: i
         if (i - bounds[-1] + 1) * longest > max_tokens:  # example i opens a new batch
             bounds.append(i)
             longest = size
-    bounds.append(len(src_sizes))
+    if len(src_sizes) > bounds[-1]:
+        bounds.append(len(src_sizes))
     return bounds
 
 

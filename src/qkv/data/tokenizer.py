@@ -52,6 +52,7 @@ def _train_model(
     character_coverage: float | None,
     seed: int,
     num_threads: int,
+    max_sentences: int,
 ) -> bytes:
     """Train one SentencePiece model in memory and return its serialized proto."""
     if character_coverage is None:
@@ -72,6 +73,8 @@ def _train_model(
         bos_id=BOS_ID,
         eos_id=EOS_ID,
         num_threads=num_threads,
+        input_sentence_size=max_sentences,  # a larger corpus is subsampled (seeded)
+        shuffle_input_sentence=True,
         minloglevel=2,  # errors only
     )
     return model.getvalue()
@@ -114,6 +117,7 @@ class SubwordTokenizer:
         character_coverage: float | None = None,
         seed: int = 0,
         num_threads: int = 1,
+        max_sentences: int = 2_000_000,
     ) -> SubwordTokenizer:
         """Train on raw sentences and save to `out_dir`.
 
@@ -121,11 +125,13 @@ class SubwordTokenizer:
         model_type: "unigram" or "bpe".
         joint: one model for both sides (the paper's shared vocabulary) or one model per side.
         character_coverage: None picks 0.9995 for CJK text and 1.0 otherwise, per model.
-        seed, num_threads: training is deterministic for a fixed pair of them.
+        seed, num_threads: training is deterministic for fixed values of both (the model depends on
+            num_threads).
+        max_sentences: train on a random sample of this many sentences (per model) of a larger corpus.
         """
         if model_type not in ("unigram", "bpe"):
             raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
-        args = (vocab_size, model_type, character_coverage, seed, num_threads)
+        args = (vocab_size, model_type, character_coverage, seed, num_threads, max_sentences)
         if joint:
             src_proto = tgt_proto = _train_model(texts_src + texts_tgt, *args)
         else:

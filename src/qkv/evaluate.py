@@ -1,0 +1,101 @@
+"""Scoring translations the way the field does.
+
+* `bleu` and `chrf`: sacreBLEU (Post, 2018) on detokenized text against raw references, with its
+  signature, so that scores are comparable across papers. The BLEU tokenizer follows the target language
+  (13a by default, `zh` for Chinese).
+* `tokenized_bleu`: BLEU on lowercased, punctuation-normalized, Moses-tokenized text, as in multi-bleu.perl
+  on the official Multi30k `*.lc.norm.tok.*` references. This is the number most Multi30k papers report;
+  it is not comparable to sacreBLEU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.bleu import BLEUScore
+from sacrebleu.metrics.chrf import CHRFScore
+from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+
+def _check_lengths(hyps: list[str], refs: list[str]) -> None:
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+
+
+def bleu(
+    hyps: list[str], refs: list[str], lang: str | None = None, tokenize: str | None = None
+) -> tuple[BLEUScore, str]:
+    """Corpus BLEU of detokenized hypotheses against one reference each -> (BLEUScore, signature).
+
+    lang: target language; sacreBLEU picks its tokenizer from it (zh -> "zh", ja -> "ja-mecab",
+        ko -> "ko-mecab", others -> "13a"). tokenize: a sacreBLEU tokenizer name, overriding lang.
+    """
+    _check_lengths(hyps, refs)
+    metric = BLEU(tokenize=tokenize, trg_lang=lang or "")
+    score = metric.corpus_score(hyps, [refs])
+    return score, str(metric.get_signature())
+
+
+def chrf(hyps: list[str], refs: list[str]) -> tuple[CHRFScore, str]:
+    """Corpus chrF2 (character n-gram F-score) against one reference each -> (CHRFScore, signature)."""
+    _check_lengths(hyps, refs)
+    metric = CHRF()
+    score = metric.corpus_score(hyps, [refs])
+    return score, str(metric.get_signature())
+
+
+@lru_cache
+def _moses(lang: str) -> tuple[MosesPunctNormalizer, MosesTokenizer]:
+    return MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+
+
+def tokenize_lowercase(text: str, lang: str) -> str:
+    """lowercase.perl | normalize-punctuation.perl -l lang | tokenizer.perl -l lang, the Multi30k recipe.
+
+    Like tokenizer.perl, the output escapes XML special characters ("&apos;", "&quot;", "&amp;", ...), as
+    the official tokenized references do.
+    """
+    normalizer, tokenizer = _moses(lang)
+    return tokenizer.tokenize(normalizer.normalize(text.lower()), escape=True, return_str=True)
+
+
+def tokenized_bleu(hyps: list[str], tok_refs: list[str], lang: str) -> tuple[BLEUScore, str]:
+    """BLEU of tokenize_lowercase(hyps) against references already lowercased and tokenized that way."""
+    _check_lengths(hyps, tok_refs)
+    metric = BLEU(tokenize="none", force=True)
+    score = metric.corpus_score([tokenize_lowercase(h, lang) for h in hyps], [tok_refs])
+    return score, str(metric.get_signature())
+
+
+@dataclass
+class Scores:
+    """sacreBLEU BLEU and chrF, and, when tokenized references were given, tokenized lowercase BLEU."""
+
+    bleu: BLEUScore
+    chrf: CHRFScore
+    tok_bleu: BLEUScore | None
+    signatures: dict[str, str]
+
+    def format(self) -> str:
+        """One line per metric, in sacreBLEU's 'NAME|signature = score ...' format."""
+        lines = [
+            self.bleu.format(signature=self.signatures["bleu"]),
+            self.chrf.format(signature=self.signatures["chrf"]),
+        ]
+        if self.tok_bleu is not None:
+            line = self.tok_bleu.format(signature=self.signatures["tok_bleu"])
+            lines.append(f"{line}  [lowercased, Moses-normalized and -tokenized]")
+        return "\n".join(lines)
+
+
+def score(hyps: list[str], refs: list[str], lang: str, tok_refs: list[str] | None = None) -> Scores:
+    """All the scores of detokenized hypotheses against raw references (and tokenized ones, if given)."""
+    bleu_score, bleu_sig = bleu(hyps, refs, lang)
+    chrf_score, chrf_sig = chrf(hyps, refs)
+    signatures = {"bleu": bleu_sig, "chrf": chrf_sig}
+    tok_bleu_score = None
+    if tok_refs is not None:
+        tok_bleu_score, signatures["tok_bleu"] = tokenized_bleu(hyps, tok_refs, lang)
+    return Scores(bleu_score, chrf_score, tok_bleu_score, signatures)

@@ -1,0 +1,162 @@
+"""`TrainConfig`: the training recipe. YAML files in configs/ set it; every `--key value` on the command line
+overrides one key (`--model.d_model 256` for the model); an unknown key is an error that names it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import PRESETS, TransformerConfig
+from .schedule import SCHEDULES
+
+
+@dataclass
+class TrainConfig:
+    # --- data: a named corpus, your own files, or the built-in synthetic corpus
+    corpus: str | None = None  # "multi30k", "tatoeba-zh-en", "synthetic"; None: the *_src/*_tgt files
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    data_dir: str | None = None  # where named corpora live (else $QKV_DATA_DIR, else the cache)
+    download: bool = False
+    train_split: str = "train"
+    valid_split: str | None = None  # None: the corpus's validation split
+    train_src: str | None = None
+    train_tgt: str | None = None
+    train_tsv: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    valid_tsv: str | None = None
+    synthetic_target: str = "en"  # synthetic corpus: digits -> "en" or "zh" number words
+    synthetic_train: int = 20000
+    synthetic_valid: int = 500
+    synthetic_max_value: int = 999_999
+    max_len: int = 200  # pairs with a side longer than this many subwords are dropped (and counted)
+    max_ratio: float | None = None  # and pairs whose subword length ratio exceeds this
+    # --- subwords (SentencePiece)
+    vocab_size: int = 8000
+    subword: str = "unigram"  # or "bpe"
+    joint_vocab: bool = True
+    character_coverage: float | None = None  # None: 0.9995 for CJK text, 1.0 otherwise
+    # --- model: a preset plus any TransformerConfig field
+    preset: str = "base"
+    model: dict[str, Any] = field(default_factory=dict)
+    # --- batching
+    max_tokens: int = 4096  # per batch (padded source or target tokens), per device
+    accum_steps: int = 1  # batches per optimizer update
+    # --- optimisation (paper 5.3, 5.4)
+    lr: float | None = None  # peak learning rate; None: the paper's (d_model * warmup)^-0.5
+    schedule: str = "noam"
+    warmup: int = 4000
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0  # 0: no clipping
+    max_steps: int = 100_000
+    max_epochs: int | None = None
+    # --- validation and checkpoints
+    valid_every: int = 1000  # updates; also when checkpoints are written
+    valid_metric: str = "bleu"  # "bleu" (higher is better) or "loss"
+    valid_bleu: bool = True  # greedy-decode the validation set and score it with sacreBLEU
+    valid_max_sentences: int | None = None  # decode only the first N validation sentences
+    patience: int | None = None  # stop after this many validations without improvement
+    keep_checkpoints: int = 10  # most recent step checkpoints kept (for `qkv average`)
+    log_every: int = 100
+    tensorboard: bool = True
+    # --- machine
+    seed: int = 1234
+    device: str = "auto"  # "auto": cuda if available, else cpu
+    threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
+    amp: bool = True  # bf16 autocast on CUDA (CPU always trains in fp32)
+
+    def __post_init__(self) -> None:
+        self.adam_betas = tuple(self.adam_betas)  # type: ignore[assignment]
+        self.validate()
+
+    def validate(self) -> None:
+        def check(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(f"TrainConfig: {msg}")
+
+        check(self.preset in PRESETS, f"preset={self.preset!r}; choose from {sorted(PRESETS)}")
+        check(self.schedule in SCHEDULES, f"schedule={self.schedule!r}; choose from {SCHEDULES}")
+        check(self.subword in ("unigram", "bpe"), f"subword={self.subword!r}; choose 'unigram' or 'bpe'")
+        check(self.valid_metric in ("bleu", "loss"), f"valid_metric={self.valid_metric!r}; choose 'bleu' or 'loss'")
+        check(self.valid_metric != "bleu" or self.valid_bleu, "valid_metric 'bleu' needs valid_bleu: true")
+        for name in ("max_tokens", "accum_steps", "max_steps", "valid_every", "log_every", "vocab_size", "max_len"):
+            check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        check(0.0 <= self.label_smoothing < 1.0, "label_smoothing must be in [0, 1)")
+        has_files = self.train_tsv is not None or (self.train_src is not None and self.train_tgt is not None)
+        check(self.corpus is not None or has_files,
+              "no training data: set corpus (multi30k, tatoeba-zh-en, synthetic) or train_src + train_tgt "
+              "(or train_tsv)")
+        check(self.corpus is None or self.corpus == "synthetic" or (self.src_lang and self.tgt_lang),
+              f"corpus {self.corpus!r} needs src_lang and tgt_lang")
+        self.model_config(1000, 1000)  # model keys are checked now, not after hours of data preparation
+
+    def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
+        """The TransformerConfig of this recipe, for the vocabulary sizes of the trained tokenizer."""
+        overrides = {"src_vocab_size": src_vocab_size, "share_embeddings": self.joint_vocab, **self.model}
+        if not self.joint_vocab:
+            overrides.setdefault("tgt_vocab_size", tgt_vocab_size)
+        return TransformerConfig.preset(self.preset, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["adam_betas"] = list(self.adam_betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+        return cls(**d)
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """['--lr', '0.001', '--model.d_model', '256', '--tensorboard', 'false'] -> nested dict with YAML-typed values."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        key = args[i]
+        if not key.startswith("--") or len(key) == 2:
+            raise ValueError(f"expected --key value, got {key!r}")
+        key = key[2:].replace("-", "_")
+        if "=" in key:
+            key, raw = key.split("=", 1)
+            i += 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            raw, i = args[i + 1], i + 2
+        else:
+            raw, i = "true", i + 1  # a bare flag
+        value = yaml.safe_load(raw)
+        if key.startswith("model."):
+            out.setdefault("model", {})[key[len("model."):]] = value
+        else:
+            out[key] = value
+    return out
+
+
+def load_train_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read a YAML recipe (or start from the defaults) and apply overrides; model overrides merge."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"config file not found: {path}")
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping of config keys")
+        data = loaded
+    overrides = dict(overrides or {})
+    model = {**(data.get("model") or {}), **overrides.pop("model", {})}
+    merged = {**data, **overrides}
+    if model:
+        merged["model"] = model
+    return TrainConfig.from_dict(merged)

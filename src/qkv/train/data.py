@@ -1,0 +1,95 @@
+"""From raw parallel text to id sequences ready for batching: load, clean, train/load the tokenizer, encode,
+filter over-long pairs. Every drop is counted and reported."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..data.corpus import ParallelCorpus, clean, load_parallel, load_tsv
+from ..data.named import get_corpus, load_named
+from ..data.synthetic import synthetic_splits
+from ..data.tokenizer import SubwordTokenizer
+from .config import TrainConfig
+
+log = logging.getLogger("qkv.train")
+
+
+@dataclass
+class EncodedData:
+    tokenizer: SubwordTokenizer
+    train_src: list[list[int]]
+    train_tgt: list[list[int]]
+    valid: ParallelCorpus | None  # raw text, for BLEU
+    valid_src: list[list[int]]
+    valid_tgt: list[list[int]]
+
+
+def _validation_split(name: str) -> str:
+    splits = get_corpus(name).splits
+    for candidate in ("val", "valid", "dev"):
+        if candidate in splits:
+            return candidate
+    raise ValueError(f"corpus {name!r} has no validation split; set valid_split (one of {splits})")
+
+
+def load_corpora(cfg: TrainConfig) -> tuple[ParallelCorpus, ParallelCorpus | None]:
+    """The raw training and validation corpora the config names."""
+    if cfg.corpus == "synthetic":
+        train, valid, _ = synthetic_splits(cfg.seed, cfg.synthetic_train, cfg.synthetic_valid, 0,
+                                           target=cfg.synthetic_target, max_value=cfg.synthetic_max_value)
+        return train, valid
+    if cfg.corpus is not None:
+        assert cfg.src_lang and cfg.tgt_lang
+        args = (cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.download)
+        train = load_named(cfg.corpus, cfg.train_split, *args)
+        return train, load_named(cfg.corpus, cfg.valid_split or _validation_split(cfg.corpus), *args)
+    train = load_tsv(cfg.train_tsv) if cfg.train_tsv else load_parallel(cfg.train_src, cfg.train_tgt)  # type: ignore[arg-type]
+    valid = None
+    if cfg.valid_tsv:
+        valid = load_tsv(cfg.valid_tsv)
+    elif cfg.valid_src and cfg.valid_tgt:
+        valid = load_parallel(cfg.valid_src, cfg.valid_tgt)
+    return train, valid
+
+
+def filter_long(src: list[list[int]], tgt: list[list[int]], max_len: int,
+                max_ratio: float | None) -> tuple[list[int], int, int]:
+    """Indices of pairs to keep; counts of pairs dropped as too long and as over the length ratio."""
+    keep, too_long, ratio = [], 0, 0
+    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
+        if len(s) > max_len or len(t) > max_len:
+            too_long += 1
+        elif max_ratio is not None and max(len(s), len(t)) > max_ratio * max(1, min(len(s), len(t))):
+            ratio += 1
+        else:
+            keep.append(i)
+    return keep, too_long, ratio
+
+
+def prepare_data(cfg: TrainConfig, out_dir: Path, train_tokenizer: bool) -> EncodedData:
+    """Load and clean the corpora, train (or load from out_dir) the tokenizer, encode and filter."""
+    train, valid = load_corpora(cfg)
+    train, report = clean(train)
+    log.info("training data: %s", report)
+    if valid is not None:
+        valid, vreport = clean(valid)
+        log.info("validation data: %s", vreport)
+    if train_tokenizer:
+        tokenizer = SubwordTokenizer.train(train.src, train.tgt, out_dir, vocab_size=cfg.vocab_size,
+                                           model_type=cfg.subword, joint=cfg.joint_vocab,
+                                           character_coverage=cfg.character_coverage, seed=cfg.seed)
+    else:
+        tokenizer = SubwordTokenizer.load(out_dir)
+    src, tgt = tokenizer.encode_src(train.src), tokenizer.encode_tgt(train.tgt)
+    keep, too_long, ratio = filter_long(src, tgt, cfg.max_len, cfg.max_ratio)
+    if too_long or ratio:
+        log.info("dropped %d pairs longer than %d subwords and %d over the length ratio %s; %d remain",
+                 too_long, cfg.max_len, ratio, cfg.max_ratio, len(keep))
+    if not keep:
+        raise ValueError("no training pairs left after cleaning and length filtering")
+    # validation pairs are never dropped; over-long ones are cut for the loss (BLEU uses the full text)
+    valid_src = [s[: cfg.max_len] for s in tokenizer.encode_src(valid.src)] if valid is not None else []
+    valid_tgt = [t[: cfg.max_len] for t in tokenizer.encode_tgt(valid.tgt)] if valid is not None else []
+    return EncodedData(tokenizer, [src[i] for i in keep], [tgt[i] for i in keep], valid, valid_src, valid_tgt)

@@ -1,0 +1,294 @@
+"""The training loop: the paper's recipe (Adam, warm-up schedule, label smoothing, dropout) around a model,
+with validation, best-checkpoint selection, early stopping, exact resume, logs, and DDP.
+
+    trainer = Trainer(load_train_config("configs/multi30k-small.yaml"), "runs/m30k")
+    result = trainer.train()        # OUT is a model directory that `Translator.load` / `qkv translate` read
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from ..checkpoint import save_model_dir
+from ..data.batching import Batch, TokenBatchSampler, collate
+from ..model import Transformer
+from .config import TrainConfig
+from .data import EncodedData, prepare_data
+from .distributed import all_reduce_sum, barrier, cleanup, gather_rng_states, init_distributed
+from .loss import label_smoothed_loss
+from .schedule import lr_multiplier, paper_peak_lr
+from .state import list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint
+
+log = logging.getLogger("qkv.train")
+LOG_FIELDS = ["step", "epoch", "lr", "train_loss", "train_ppl", "tokens_per_s", "valid_loss", "valid_ppl",
+              "valid_bleu", "elapsed_s"]
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    step: int
+    best_step: int | None
+    best_metric: float | None
+    stopped_early: bool
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Trainer:
+    """Trains `Transformer(cfg.model_config(...))` on the configured data, writing OUT as a model directory.
+
+    OUT/config.json, model.safetensors, tokenizer   the best model so far (by cfg.valid_metric)
+    OUT/train_config.yaml                           the resolved recipe
+    OUT/checkpoints/step_N/                         resumable training checkpoints (the last K)
+    OUT/log.csv, OUT/tensorboard/                   learning curves
+    """
+
+    def __init__(self, cfg: TrainConfig, out_dir: str | Path, resume: bool = False) -> None:
+        self.cfg, self.out = cfg, Path(out_dir)
+        self.env, self.device = init_distributed(cfg.device)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        resume_from = list_checkpoints(self.out)[-1] if resume and list_checkpoints(self.out) else None
+        if resume and resume_from is None:
+            log.warning("--resume: no checkpoint in %s, starting from scratch", self.out)
+        if not resume and list_checkpoints(self.out):
+            raise ValueError(f"{self.out} already holds a training run; pass --resume to continue it "
+                             "or choose another output directory")
+        torch.manual_seed(cfg.seed)
+        if self.env.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+        fresh_tokenizer = resume_from is None and self.env.is_main
+        self.data: EncodedData = prepare_data(cfg, self.out, train_tokenizer=fresh_tokenizer) if \
+            self.env.is_main else None  # type: ignore[assignment]
+        barrier(self.env)
+        if not self.env.is_main:  # other ranks read the tokenizer rank 0 trained
+            self.data = prepare_data(cfg, self.out, train_tokenizer=False)
+        tok = self.data.tokenizer
+        self.model_cfg = cfg.model_config(tok.src_vocab_size, tok.tgt_vocab_size)
+        torch.manual_seed(cfg.seed)
+        self.model = Transformer(self.model_cfg).to(self.device)
+        self.ddp = DistributedDataParallel(self.model) if self.env.enabled else None
+        peak = cfg.lr if cfg.lr is not None else paper_peak_lr(self.model_cfg.d_model, cfg.warmup)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=peak, betas=cfg.adam_betas, eps=cfg.adam_eps,
+                                          weight_decay=cfg.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(cfg.schedule, cfg.warmup))
+        self.sampler = TokenBatchSampler([len(s) for s in self.data.train_src], [len(t) for t in self.data.train_tgt],
+                                         cfg.max_tokens, shuffle=True, seed=cfg.seed, rank=self.env.rank,
+                                         world_size=self.env.world_size)
+        self.step, self.best_metric, self.best_step, self.bad_validations = 0, None, None, 0
+        self.history: list[dict[str, Any]] = []
+        if resume_from is not None:
+            self._restore(resume_from)  # model, optimizer, RNG, data position, schedule
+        else:
+            torch.manual_seed(cfg.seed + self.env.rank)  # each rank its own dropout stream
+        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cfg.amp and self.device.type == "cuda"
+                         else contextlib.nullcontext())
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def _trainer_state(self) -> dict[str, Any]:
+        return {"step": self.step, "sampler": self.sampler.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "best_metric": self.best_metric, "best_step": self.best_step,
+                "bad_validations": self.bad_validations, "history": self.history}
+
+    def _restore(self, path: Path) -> None:
+        state = load_checkpoint(path, self.model, self.optimizer, self.env.rank, self.device)
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.step, self.best_metric, self.best_step = state["step"], state["best_metric"], state["best_step"]
+        self.bad_validations, self.history = state["bad_validations"], state["history"]
+        log.info("resumed from %s (step %d)", path, self.step)
+
+    def _save(self) -> None:
+        rng = gather_rng_states(self.env)
+        if self.env.is_main:
+            save_checkpoint(self.out, self.step, self.model, self.optimizer, self._trainer_state(), rng)
+            prune_checkpoints(self.out, self.cfg.keep_checkpoints)
+        barrier(self.env)
+
+    def _write_model_dir(self) -> None:
+        """OUT as a model directory holding the current weights (called for each new best)."""
+        save_model_dir(self.out, self.model, self.data.tokenizer, train_step=self.step,
+                       valid_metric=self.cfg.valid_metric, best_metric=self.best_metric)
+
+    # --- one update ----------------------------------------------------------------------------
+    def _batches(self):
+        while self.cfg.max_epochs is None or self.sampler.epoch < self.cfg.max_epochs:
+            for indices in self.sampler:
+                pairs = [(self.data.train_src[i], self.data.train_tgt[i]) for i in indices]
+                tok = self.data.tokenizer
+                yield collate(pairs, tok.pad_id, tok.bos_id, tok.eos_id, indices).to(self.device)
+
+    def train_step(self, batches: list[Batch]) -> tuple[float, float, int]:
+        """One optimizer update over accumulated batches; the loss is divided once by the total number of
+        target tokens across batches and devices. Returns (loss sum, nll sum, target tokens) on this rank."""
+        self.model.train()
+        n_tokens = sum(b.n_tgt_tokens for b in batches)
+        global_tokens = all_reduce_sum(n_tokens, self.env, self.device)
+        runner = self.ddp or self.model
+        loss_sum = nll_sum = 0.0
+        for i, batch in enumerate(batches):
+            sync = self.ddp is None or i == len(batches) - 1
+            with (contextlib.nullcontext() if sync else self.ddp.no_sync()), self.autocast:  # type: ignore[union-attr]
+                logits = runner(batch.src, batch.tgt[:, :-1])  # (B, T, V)
+                loss, nll = label_smoothed_loss(logits, batch.tgt[:, 1:], self.model_cfg.pad_id,
+                                                self.cfg.label_smoothing)
+            # DDP averages gradients over ranks, so scale by world size to get sum / global tokens
+            (loss * (self.env.world_size / global_tokens)).backward()
+            loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+        if self.cfg.clip_norm > 0:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return loss_sum, nll_sum, n_tokens
+
+    # --- validation ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Loss, perplexity and (if configured) greedy-decoding sacreBLEU on the validation set."""
+        self.model.eval()
+        d, tok = self.data, self.data.tokenizer
+        sampler = TokenBatchSampler([len(s) for s in d.valid_src], [len(t) for t in d.valid_tgt],
+                                    max(self.cfg.max_tokens, 2 * self.cfg.max_len + 4), shuffle=False)
+        loss_sum = nll_sum = n = 0.0
+        for indices in sampler.rank_batches(0):
+            batch = collate([(d.valid_src[i], d.valid_tgt[i]) for i in indices], tok.pad_id, tok.bos_id,
+                            tok.eos_id, indices).to(self.device)
+            with self.autocast:
+                logits = self.model(batch.src, batch.tgt[:, :-1])
+                loss, nll = label_smoothed_loss(logits, batch.tgt[:, 1:], tok.pad_id, self.cfg.label_smoothing)
+            loss_sum, nll_sum, n = loss_sum + loss.item(), nll_sum + nll.item(), n + batch.n_tgt_tokens
+        out = {"valid_loss": loss_sum / n, "valid_ppl": math.exp(min(nll_sum / n, 50.0))}
+        if self.cfg.valid_bleu and d.valid is not None:
+            from ..decode.translator import Translator
+            from ..evaluate import bleu
+
+            k = self.cfg.valid_max_sentences or len(d.valid)
+            hyps = Translator(self.model, tok, self.device).translate(d.valid.src[:k], beam=1)
+            out["valid_bleu"] = bleu(hyps, d.valid.tgt[:k], lang=self.cfg.tgt_lang)[0].score
+        return out
+
+    def _improved(self, metrics: dict[str, float]) -> bool:
+        value = metrics["valid_bleu"] if self.cfg.valid_metric == "bleu" else -metrics["valid_loss"]
+        if self.best_metric is None or value > self.best_metric:
+            self.best_metric, self.best_step = value, self.step
+            return True
+        return False
+
+    # --- the loop ------------------------------------------------------------------------------
+    def train(self) -> TrainResult:
+        cfg, main = self.cfg, self.env.is_main
+        if main:
+            (self.out / "train_config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+            log.info("model: %s parameters; %d training pairs; %d batches per epoch per device",
+                     f"{self.model.num_parameters():,}", len(self.data.train_src), len(self.sampler))
+        writer = self._tensorboard() if main else None
+        csv_file, csv_writer = self._csv_log() if main else (None, None)
+        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not main, desc="train", unit="step",
+                   dynamic_ncols=True)
+        batches, stopped_early = self._batches(), False
+        window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.perf_counter()}
+        start = time.perf_counter()
+        try:
+            while self.step < cfg.max_steps:
+                group = [b for _, b in zip(range(cfg.accum_steps), batches, strict=False)]
+                if not group:
+                    break  # max_epochs reached
+                loss, nll, n = self.train_step(group)
+                window["loss"] += loss
+                window["nll"] += nll
+                window["tokens"] += n
+                bar.update(1)
+                row: dict[str, Any] = {}
+                if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
+                    tokens = all_reduce_sum(window["tokens"], self.env, self.device)
+                    elapsed = time.perf_counter() - window["time"]
+                    row = {"step": self.step, "epoch": self.sampler.epoch, "lr": self.scheduler.get_last_lr()[0],
+                           "train_loss": window["loss"] / max(window["tokens"], 1),
+                           "train_ppl": math.exp(min(window["nll"] / max(window["tokens"], 1), 50.0)),
+                           "tokens_per_s": tokens / max(elapsed, 1e-9)}
+                    bar.set_postfix(loss=f"{row['train_loss']:.3f}", lr=f"{row['lr']:.2e}",
+                                    tok_s=f"{row['tokens_per_s']:.0f}")
+                    window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.perf_counter()}
+                if self.step % cfg.valid_every == 0 or self.step == cfg.max_steps:
+                    stopped_early = self._checkpoint(row)
+                if row and main:
+                    row["elapsed_s"] = time.perf_counter() - start
+                    self._log(row, csv_writer, writer)
+                    assert csv_file is not None
+                    csv_file.flush()
+                if stopped_early:
+                    break
+            if self.step % cfg.valid_every and self.step != cfg.max_steps:  # ended by max_epochs
+                self._checkpoint({})
+        finally:
+            bar.close()
+            if csv_file is not None:
+                csv_file.close()
+            if writer is not None:
+                writer.close()
+        result = TrainResult(self.out, self.step, self.best_step, self.best_metric, stopped_early, self.history)
+        cleanup(self.env)
+        return result
+
+    def _checkpoint(self, row: dict[str, Any]) -> bool:
+        """Validate (if there is a validation set), keep the best model, save a step checkpoint.
+        Returns True when early stopping says to stop."""
+        if self.data.valid is not None and self.data.valid_src:
+            metrics = self.validate() if self.env.is_main else {}
+            row.update(metrics)
+            if self.env.is_main:
+                improved = self._improved(metrics)
+                self.bad_validations = 0 if improved else self.bad_validations + 1
+                self.history.append({"step": self.step, **metrics})
+                log.info("step %d: %s%s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()),
+                         " (best)" if improved else "")
+                if improved:
+                    self._write_model_dir()
+        elif self.env.is_main:  # no validation data: the last model is the model
+            self._write_model_dir()
+        self._save()
+        stop = self.cfg.patience is not None and self.bad_validations >= self.cfg.patience
+        return bool(all_reduce_sum(float(stop), self.env, self.device))
+
+    # --- logs ----------------------------------------------------------------------------------
+    def _csv_log(self) -> tuple[Any, csv.DictWriter]:
+        path = self.out / "log.csv"
+        rows = []
+        if path.exists():  # a resumed run keeps the rows up to its checkpoint
+            with open(path, newline="") as f:
+                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= self.step]
+        f = open(path, "w", newline="")  # noqa: SIM115 - closed in train()
+        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        return f, writer
+
+    def _tensorboard(self) -> Any:
+        if not self.cfg.tensorboard:
+            return None
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(str(self.out / "tensorboard"), purge_step=self.step + 1 if self.step else None)
+
+    def _log(self, row: dict[str, Any], csv_writer: csv.DictWriter | None, writer: Any) -> None:
+        if csv_writer is not None:
+            csv_writer.writerow(row)
+        if writer is not None:
+            for key, value in row.items():
+                if key not in ("step", "epoch"):
+                    writer.add_scalar(key, value, self.step)

@@ -1,0 +1,106 @@
+"""The training loop: exact resume, gradient accumulation, checkpoints, averaging, config errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from qkv.checkpoint import CheckpointError, load_model_dir
+from qkv.data.batching import collate
+from qkv.train import TrainConfig, Trainer
+from qkv.train.average import average_run
+from qkv.train.config import load_train_config, parse_overrides
+from qkv.train.state import list_checkpoints
+
+Recipe = Callable[..., TrainConfig]
+
+
+
+def weights(run: Path, step: int) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "checkpoints" / f"step_{step:08d}" / "model.safetensors"))
+
+
+def test_resume_continues_exactly(tmp_path: Path, recipe: Recipe) -> None:
+    """Stop after 3 updates, resume to 7: the same parameters (bit for bit) as 7 updates in one go.
+    Dropout is on, so the RNG state must be restored too, and 7 crosses an epoch boundary."""
+    small = {"synthetic_train": 120}  # a few batches per epoch
+    Trainer(recipe(max_steps=7, **small), tmp_path / "full").train()
+    Trainer(recipe(max_steps=3, **small), tmp_path / "split").train()
+    result = Trainer(recipe(max_steps=7, **small), tmp_path / "split", resume=True).train()
+    assert result.step == 7
+    full, split = weights(tmp_path / "full", 7), weights(tmp_path / "split", 7)
+    assert full.keys() == split.keys()
+    for name in full:
+        assert torch.equal(full[name], split[name]), name
+    state = json.loads((tmp_path / "split" / "checkpoints" / "step_00000007" / "trainer_state.json").read_text())
+    assert state["sampler"]["epoch"] >= 1  # the run did cross into a second epoch
+
+
+def test_a_run_is_not_overwritten_without_resume(tmp_path: Path, recipe: Recipe) -> None:
+    Trainer(recipe(max_steps=3), tmp_path).train()
+    with pytest.raises(ValueError, match="--resume"):
+        Trainer(recipe(max_steps=3), tmp_path)
+
+
+def test_gradient_accumulation_equals_one_big_batch(tmp_path: Path, recipe: Recipe) -> None:
+    trainer = Trainer(recipe(model={"dropout": 0.0, "attention_dropout": 0.0}), tmp_path)
+    d = trainer.data
+    tok = d.tokenizer
+    idx = list(range(8))
+    pairs = [(d.train_src[i], d.train_tgt[i]) for i in idx]
+    whole = collate(pairs, tok.pad_id, tok.bos_id, tok.eos_id)
+    parts = [collate(pairs[:3], tok.pad_id, tok.bos_id, tok.eos_id), collate(pairs[3:], tok.pad_id, tok.bos_id,
+                                                                            tok.eos_id)]
+    start = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    grads = []
+    for batches in ([whole], parts):
+        trainer.model.load_state_dict(start)
+        for p in trainer.model.parameters():
+            p.grad = None
+        trainer.optimizer.step = lambda: None  # type: ignore[method-assign]  # keep the gradients, skip the update
+        trainer.optimizer.zero_grad = lambda set_to_none=True: None  # type: ignore[method-assign]
+        trainer.train_step(batches)
+        grads.append({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-4)
+
+
+def test_checkpoints_model_dir_and_averaging(tmp_path: Path, recipe: Recipe) -> None:
+    run = tmp_path / "run"
+    Trainer(recipe(max_steps=9, keep_checkpoints=2), run).train()
+    assert [p.name for p in list_checkpoints(run)] == ["step_00000006", "step_00000009"]
+    model = load_model_dir(run)  # OUT is a model directory: config, weights, tokenizer
+    assert (run / "spm.model").is_file() and (run / "log.csv").is_file()
+    target, _paths = average_run(run, last=2, out_dir=tmp_path / "avg")
+    averaged = load_model_dir(target).state_dict()
+    a, b = weights(run, 6), weights(run, 9)
+    name = "encoder.layers.0.feed_forward.w_1.weight"
+    torch.testing.assert_close(averaged[name], (a[name] + b[name]) / 2)
+    assert model.config == load_model_dir(target).config
+    with pytest.raises(ValueError, match="fewer than the 5"):
+        average_run(run, last=5)
+
+
+def test_truncated_checkpoint_is_a_clear_error(tmp_path: Path, recipe: Recipe) -> None:
+    Trainer(recipe(max_steps=3), tmp_path).train()
+    opt = tmp_path / "checkpoints" / "step_00000003" / "optimizer.safetensors"
+    opt.write_bytes(opt.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"optimizer\.safetensors"):
+        Trainer(recipe(max_steps=6), tmp_path, resume=True)
+
+
+def test_config_errors_name_the_key(tmp_path: Path, recipe: Recipe) -> None:
+    with pytest.raises(ValueError, match="max_stepz"):
+        recipe(max_stepz=3)
+    with pytest.raises(ValueError, match="d_modle"):
+        recipe(model={"d_modle": 3})
+    (tmp_path / "bad.yaml").write_text("corpus: synthetic\nlearning_rate: 0.1\n")
+    with pytest.raises(ValueError, match="learning_rate"):
+        load_train_config(tmp_path / "bad.yaml")
+    assert parse_overrides(["--lr", "0.5", "--model.d_model", "64", "--joint-vocab", "false", "--download"]) == {
+        "lr": 0.5, "model": {"d_model": 64}, "joint_vocab": False, "download": True}
