@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", help="YAML recipe (see configs/); defaults apply without one")
     p.add_argument("--out", required=True, help="output model directory")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    p.set_defaults(func=cmd_train, accepts_overrides=True)
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("average", help="average the last N checkpoints of a training run")
     p.add_argument("--model", required=True, help="the training run's output directory")
@@ -66,12 +66,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """For `qkv train`: separate its own arguments from the `--key value` config overrides."""
+    if not argv or argv[0] != "train":
+        return argv, []
+    own, overrides, i = argv[:1], [], 1
+    while i < len(argv):
+        token = argv[i]
+        if token in ("--out", "--resume", "-h", "--help") or token.startswith("--out="):
+            takes_value = token == "--out"
+            own += argv[i: i + 1 + takes_value]
+            i += 1 + takes_value
+        elif token.startswith("--"):
+            has_value = "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            overrides += argv[i: i + 1 + has_value]
+            i += 1 + has_value
+        else:
+            own.append(token)  # the config file
+            i += 1
+    return own, overrides
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and not getattr(args, "accepts_overrides", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.overrides = extra
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, overrides = split_overrides(argv)
+    args = parser.parse_args(argv)
+    args.overrides = overrides
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return args.func(args)

@@ -26,6 +26,19 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def coerce_numbers(cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    """YAML 1.1 reads `1e-9` as a string; turn such strings into numbers for float-typed fields."""
+    out = dict(d)
+    for f in dataclasses.fields(cls):
+        value = out.get(f.name)
+        if isinstance(value, str) and "float" in str(f.type):
+            try:
+                out[f.name] = float(value)
+            except ValueError:
+                raise ValueError(f"{cls.__name__}: {f.name} must be a number, got {value!r}") from None
+    return out
+
+
 @dataclass
 class TransformerConfig:
     """Hyper-parameters of an encoder-decoder, encoder-only or decoder-only Transformer.
@@ -142,7 +155,7 @@ class TransformerConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"TransformerConfig: unknown key(s) {unknown}; known keys: {sorted(known)}")
-        return cls(**d)
+        return cls(**coerce_numbers(cls, d))
 
     def replace(self, **overrides: Any) -> TransformerConfig:
         return self.from_dict({**self.to_dict(), **overrides})

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from ..config import PRESETS, TransformerConfig
+from ..config import PRESETS, TransformerConfig, coerce_numbers
 from .schedule import SCHEDULES
 
 
@@ -116,7 +116,7 @@ class TrainConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
-        return cls(**d)
+        return cls(**coerce_numbers(cls, d))
 
 
 def parse_overrides(args: list[str]) -> dict[str, Any]:

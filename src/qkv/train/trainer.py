@@ -111,7 +111,15 @@ class Trainer:
         self.bad_validations, self.history = state["bad_validations"], state["history"]
         log.info("resumed from %s (step %d)", path, self.step)
 
+    def _check_in_sync(self) -> None:
+        """All DDP replicas must hold the same weights; compare a fingerprint of them across ranks."""
+        fingerprint = sum(float(p.detach().double().sum()) for p in self.model.parameters())
+        total = all_reduce_sum(fingerprint, self.env, self.device)
+        if abs(total - self.env.world_size * fingerprint) > 1e-6 * max(1.0, abs(total)):
+            raise RuntimeError(f"rank {self.env.rank}: model replicas diverged at step {self.step}")
+
     def _save(self) -> None:
+        self._check_in_sync()
         rng = gather_rng_states(self.env)
         if self.env.is_main:
             save_checkpoint(self.out, self.step, self.model, self.optimizer, self._trainer_state(), rng)
@@ -269,9 +277,10 @@ class Trainer:
     def _csv_log(self) -> tuple[Any, csv.DictWriter]:
         path = self.out / "log.csv"
         rows = []
-        if path.exists():  # a resumed run keeps the rows up to its checkpoint
+        if path.exists():  # a resumed run keeps the rows up to its checkpoint (a killed run may leave half a row)
             with open(path, newline="") as f:
-                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= self.step]
+                rows = [r for r in csv.DictReader(f)
+                        if (r.get("step") or "").isdigit() and int(r["step"]) <= self.step and None not in r.values()]
         f = open(path, "w", newline="")  # noqa: SIM115 - closed in train()
         writer = csv.DictWriter(f, fieldnames=LOG_FIELDS, extrasaction="ignore")
         writer.writeheader()
