@@ -3,6 +3,9 @@
     qkv params --preset base --vocab 37000        parameter count of a preset
     qkv train CONFIG --out DIR [--key value ...]  train a model directory (any config key can be overridden)
     qkv average --model DIR --last 10             average the last N checkpoints of a run
+    qkv demo [--out DIR]                          train on synthetic data for ~2 minutes and show the result
+    qkv translate --model DIR [--input FILE]      translate lines (stdin or FILE) to stdout, one per line
+    qkv evaluate --model DIR --src F --ref F      sacreBLEU BLEU and chrF (or --corpus multi30k --pair en-de)
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .config import PRESETS, TransformerConfig
 
@@ -42,6 +46,133 @@ def cmd_average(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    if (Path(args.out) / "checkpoints").exists():
+        raise ValueError(f"{args.out} already holds a demo run; choose another --out or delete it")
+    print(f"training a small Transformer on synthetic numbers (digits -> {args.target} words) ...")
+    result = run_demo(args.out, target=args.target, steps=args.steps, seed=args.seed)
+    print(f"trained in {result.train_seconds:.0f} s; held-out examples (source | translation | reference):")
+    for src, hyp, ref in result.examples[:8]:
+        print(f"  {src:<14} | {hyp} | {'ok' if hyp == ref else 'expected: ' + ref}")
+    print(f"accuracy: {100 * result.accuracy:.1f}% exact match on {len(result.examples)} held-out numbers")
+    print(f"model saved to {result.out_dir}  (try: echo '4 0 5 2' | qkv translate --model {result.out_dir})")
+    return 0
+
+
+def _read_input_lines(path: str | None) -> list[str]:
+    """Lines of FILE (or of stdin, read as UTF-8 whatever the locale), split on "\\n" only."""
+    from .data.corpus import read_lines
+
+    if path is not None:
+        return read_lines(path)
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"stdin is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _write_output_lines(lines: list[str], path: str | None = None) -> None:
+    """Write lines, each ending in "\\n", as UTF-8 to FILE or stdout; a newline inside a line becomes a space."""
+    text = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines)
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    elif hasattr(sys.stdout, "buffer"):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.buffer.flush()
+    else:
+        sys.stdout.write(text)
+
+
+def _translate_lines(args: argparse.Namespace, lines: list[str], **options: object) -> list:
+    """Translate with the decoding options of `translate` and `evaluate`; log the speed to stderr."""
+    import time
+
+    from .decode import Translator
+
+    translator = Translator.load(args.model, args.device, args.max_src_tokens)
+    start = time.perf_counter()
+    results = translator.translate_detailed(lines, beam=args.beam, alpha=args.alpha, batch_tokens=args.batch_tokens,
+                                            max_len_a=args.max_len_a, max_len_b=args.max_len_b, **options)
+    seconds = time.perf_counter() - start
+    n_tokens = sum(len(r.tokens) for r in results)
+    logging.getLogger("qkv").info(f"translated {len(lines)} lines in {seconds:.1f} s "
+                                  f"({len(lines) / max(seconds, 1e-9):.1f} lines/s, "
+                                  f"{n_tokens / max(seconds, 1e-9):.0f} tokens/s)")
+    return results
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    results = _translate_lines(args, _read_input_lines(args.input), nbest=args.nbest, sampling=args.sample,
+                               temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    if args.nbest > 1:  # Moses n-best format: one "line index ||| translation ||| score" per hypothesis
+        out = [f"{i} ||| {text} ||| {score:.4f}" for i, r in enumerate(results) for text, score in r.nbest]
+    else:
+        out = [r.text for r in results]
+    _write_output_lines(out)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .data.corpus import DataError, read_lines
+    from .data.named import get_corpus, named_paths, tokenized_reference_path
+    from .evaluate import score
+
+    src_lang = tgt_lang = None
+    if args.pair:
+        src_lang, _, tgt_lang = args.pair.partition("-")
+        if not src_lang or not tgt_lang:
+            raise ValueError(f"--pair must look like en-de, got {args.pair!r}")
+    tok_ref = args.tok_ref
+    if args.corpus:
+        if args.src or args.ref or src_lang is None or tgt_lang is None:
+            raise ValueError("--corpus needs --pair SRC-TGT (e.g. en-de) and no --src/--ref")
+        split = args.split or get_corpus(args.corpus).splits[-1]
+        src, ref = named_paths(args.corpus, split, src_lang, tgt_lang, args.data_dir)
+        if tok_ref is None and split in get_corpus(args.corpus).tok_splits:
+            try:
+                tok_ref = tokenized_reference_path(args.corpus, split, tgt_lang, args.data_dir)
+            except DataError as e:
+                logging.getLogger("qkv").warning(f"no tokenized lowercase BLEU: {e}")
+    elif args.src and args.ref:
+        src, ref = args.src, args.ref
+    else:
+        raise ValueError("give --src FILE --ref FILE, or --corpus NAME --pair SRC-TGT [--split SPLIT]")
+    lang = args.lang or tgt_lang
+    if tok_ref is not None and not lang:
+        raise ValueError("tokenized lowercase BLEU needs the target language: give --lang (or --pair)")
+    sources, refs = read_lines(src), read_lines(ref)
+    tok_refs = None if tok_ref is None else read_lines(tok_ref)
+    if len(sources) != len(refs) or (tok_refs is not None and len(tok_refs) != len(refs)):
+        raise ValueError(f"{src} has {len(sources)} lines, {ref} {len(refs)}"
+                         + ("" if tok_refs is None else f", {tok_ref} {len(tok_refs)}"))
+    hyps = [r.text for r in _translate_lines(args, sources)]
+    if args.output:
+        _write_output_lines(hyps, args.output)
+    print(score(hyps, refs, lang or "", tok_refs).format())
+    return 0
+
+
+def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
+    """The options `translate` and `evaluate` share."""
+    p.add_argument("--model", required=True, help="model directory (config.json, model.safetensors, tokenizer)")
+    p.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy decoding (default: 4)")
+    p.add_argument("--alpha", type=float, default=0.6, help="length penalty ((5 + len) / 6) ** alpha (default: 0.6)")
+    p.add_argument("--batch-tokens", type=int, default=4096, help="most padded source tokens in a batch")
+    p.add_argument("--max-len-a", type=float, default=1.0, help="output limit: a * source tokens + b (a = 1)")
+    p.add_argument("--max-len-b", type=int, default=50, help="output limit: a * source tokens + b (b = 50)")
+    p.add_argument("--max-src-tokens", type=int, default=1024,
+                   help="longer source lines are truncated, with a warning (learned positions: max_positions)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, ... (default: cpu)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qkv", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -58,11 +189,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.set_defaults(func=cmd_train)
 
+    p = sub.add_parser("demo", help="train on the built-in synthetic corpus (~2 min on 2 cores) and translate")
+    p.add_argument("--out", default="qkv-demo", help="where to save the model directory (default: qkv-demo)")
+    p.add_argument("--target", default="en", choices=["en", "zh"], help="number words in English or Chinese")
+    p.add_argument("--steps", type=int, help="training updates (default: the demo recipe's)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.set_defaults(func=cmd_demo)
+
     p = sub.add_parser("average", help="average the last N checkpoints of a training run")
     p.add_argument("--model", required=True, help="the training run's output directory")
     p.add_argument("--last", type=int, default=10, help="how many of the newest checkpoints")
     p.add_argument("--out", help="write a new model directory here (default: replace the run's weights)")
     p.set_defaults(func=cmd_average)
+
+    p = sub.add_parser("translate", help="translate lines from stdin or --input to stdout, one line per line",
+                       description="Translate text: one output line per input line (an empty line gives an empty "
+                                   "line). Beam search by default; --sample draws tokens instead.")
+    _add_decoding_arguments(p)
+    p.add_argument("--input", help="UTF-8 text file (.gz allowed); default: stdin")
+    p.add_argument("--nbest", type=int, default=1,
+                   help="with N > 1, write the N best as 'line ||| translation ||| score' (Moses n-best format)")
+    p.add_argument("--sample", action="store_true", help="sample instead of beam search (one hypothesis)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k most probable tokens (0: all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="sample from the smallest set with mass >= p")
+    p.add_argument("--seed", type=int, default=0, help="random seed for --sample")
+    p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU BLEU, chrF (+ tokenized BLEU)",
+                       description="Translate --src (or a named corpus split) and score against the references: "
+                                   "sacreBLEU BLEU and chrF with their signatures, and tokenized lowercase BLEU "
+                                   "when tokenized references are given or known (Multi30k).")
+    _add_decoding_arguments(p)
+    p.add_argument("--src", help="source file, one sentence per line")
+    p.add_argument("--ref", help="reference file, line-aligned with --src")
+    p.add_argument("--tok-ref", help="lowercased Moses-tokenized references (e.g. test_2016_flickr.lc.norm.tok.de)")
+    p.add_argument("--corpus", help="a named corpus instead of files: multi30k, tatoeba-zh-en")
+    p.add_argument("--split", help="split of --corpus (default: its test split)")
+    p.add_argument("--pair", help="languages SRC-TGT, e.g. en-de (needed with --corpus)")
+    p.add_argument("--data-dir", help="folder holding the named corpora (default: $QKV_DATA_DIR, else the cache)")
+    p.add_argument("--lang", help="target language for BLEU tokenization (default: the target of --pair)")
+    p.add_argument("--output", help="also write the translations to this file")
+    p.set_defaults(func=cmd_evaluate)
     return parser
 
 

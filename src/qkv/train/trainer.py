@@ -186,7 +186,7 @@ class Trainer:
             from ..evaluate import bleu
 
             k = self.cfg.valid_max_sentences or len(d.valid)
-            hyps = Translator(self.model, tok, self.device).translate(d.valid.src[:k], beam=1)
+            hyps = Translator(self.model, tok).translate(d.valid.src[:k], beam=1)
             out["valid_bleu"] = bleu(hyps, d.valid.tgt[:k], lang=self.cfg.tgt_lang)[0].score
         return out
 
@@ -206,7 +206,7 @@ class Trainer:
                      f"{self.model.num_parameters():,}", len(self.data.train_src), len(self.sampler))
         writer = self._tensorboard() if main else None
         csv_file, csv_writer = self._csv_log() if main else (None, None)
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not main, desc="train", unit="step",
+        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=None if main else True, desc="train", unit="step",
                    dynamic_ncols=True)
         batches, stopped_early = self._batches(), False
         window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.perf_counter()}
