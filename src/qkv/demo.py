@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .data.synthetic import synthetic_splits
 from .decode.translator import Translator
-from .train import Trainer, TrainConfig, load_train_config
+from .train import TrainConfig, Trainer, load_train_config
 
 DEMO_RECIPE = {
     "corpus": "synthetic", "synthetic_train": 20000, "synthetic_valid": 200, "synthetic_max_value": 999_999,
