@@ -104,3 +104,28 @@ def test_config_errors_name_the_key(tmp_path: Path, recipe: Recipe) -> None:
         load_train_config(tmp_path / "bad.yaml")
     assert parse_overrides(["--lr", "0.5", "--model.d_model", "64", "--joint-vocab", "false", "--download"]) == {
         "lr": 0.5, "model": {"d_model": 64}, "joint_vocab": False, "download": True}
+
+
+def test_early_stopping_and_bleu_validation(tmp_path: Path, recipe: Recipe) -> None:
+    """With a learning rate too small to change anything, validation never improves after the first one:
+    patience 2 stops the run at the third validation. BLEU is computed by greedy decoding."""
+    result = Trainer(recipe(lr=1e-12, patience=2, valid_every=2, max_steps=50, valid_bleu=True,
+                            valid_metric="bleu", valid_max_sentences=5, tensorboard=True), tmp_path).train()
+    assert result.stopped_early and result.step == 6
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert [h["step"] for h in result.history] == [2, 4, 6]
+    assert all(0.0 <= h["valid_bleu"] <= 100.0 and h["valid_ppl"] > 1.0 for h in result.history)
+    assert result.best_step == 2
+
+
+def test_bad_data_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qkv.cli import main
+
+    (tmp_path / "a.txt").write_text("eins\nzwei\ndrei\n")
+    (tmp_path / "b.txt").write_text("one\ntwo\n")
+    code = main(["train", "--out", str(tmp_path / "run"), "--train_src", str(tmp_path / "a.txt"),
+                 "--train_tgt", str(tmp_path / "b.txt"), "--preset", "tiny"])
+    assert code == 2
+    assert "a.txt has 3 lines but" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "run"), "--corpus", "synthetic", "--max_stepz", "3"]) == 2
+    assert "max_stepz" in capsys.readouterr().err
