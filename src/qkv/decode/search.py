@@ -1,0 +1,315 @@
+"""Search over a model's next-token distribution: greedy decoding, beam search and sampling. Ids in, ids out.
+
+Every function takes a model in eval mode and a batch of inputs, and returns one result per row:
+
+    Transformer:  src (B, S) source ids, each ending with eos, right-padded with pad;
+                  the output starts from bos.
+    DecoderOnly:  prompt (B, P) ids, all rows of the same length (the model has no padding mask);
+                  the output starts from [bos] + prompt and only the new tokens are returned.
+
+The loop is the one of the paper's inference: encode the source once, then feed one token at a time to
+`model.decode(step_ids (R, 1), memory, memory_mask, cache)`, whose `DecoderCache` keeps the self-attention
+keys/values of the prefix and the cross-attention keys/values of the memory (computed at the first step).
+`cache.reorder(index)` follows beam search's back-pointers and also drops the rows of finished sentences,
+so a finished sentence costs nothing. With `use_cache=False` every step recomputes the whole prefix;
+the cache is a pure speed-up and both give the same ids.
+
+Conventions shared by all searches:
+* Returned tokens are the ids after bos up to eos, eos excluded. Pad and bos are never generated.
+* Lengths count generated tokens without eos: eos is forbidden before `min_len` and forced at `max_len`
+  (default: source length + 50, the length of `src` rows counting their eos; for a decoder-only model,
+  50 new tokens). Learned positions cap `max_len` so that no position exceeds `max_positions`.
+* `logprob` is log P(tokens + eos | input) under the model (natural log, sum over the steps); the score
+  applies GNMT's length penalty (Wu et al., 2016), as "length penalty alpha" in the paper's section 6.1:
+
+      score = logprob / lp(L),    lp(L) = ((5 + L) / 6) ** alpha,    L = len(tokens) + 1 (eos counted)
+
+Results do not depend on the batch: each row's computation is independent of the other rows (up to
+floating-point rounding in batched matrix products), sentences leave the batch as soon as they finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..config import TransformerConfig
+from ..data.batching import pad_sequences
+from ..model import DecoderOnly, Transformer
+from ..model.masks import padding_mask
+
+DEFAULT_MAX_LEN_B = 50  # maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
+Model = Transformer | DecoderOnly
+
+
+@dataclass
+class Hypothesis:
+    """One output sequence: generated ids (eos excluded), log P(tokens + eos), and the penalized score."""
+
+    tokens: list[int]
+    logprob: float
+    score: float
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(L) = ((5 + L) / 6) ** alpha; L counts the generated tokens including eos."""
+    return ((5 + length) / 6) ** alpha
+
+
+def max_lengths(model: Model, src: Tensor, max_len: int | Tensor | None) -> Tensor:
+    """Per-row maximum number of generated tokens (eos not counted): (B,) LongTensor on src's device.
+
+    None means source length + 50 for an encoder-decoder (length = non-pad ids of `src`, eos included)
+    and 50 for a decoder-only model. Learned positions cap it at what the position table can hold.
+    """
+    cfg = model.config
+    B = src.size(0)
+    if max_len is None:
+        if isinstance(model, DecoderOnly):
+            max_len = torch.full((B,), DEFAULT_MAX_LEN_B, device=src.device)
+        else:
+            max_len = (src != cfg.pad_id).sum(1) + DEFAULT_MAX_LEN_B
+    lengths = torch.as_tensor(max_len, device=src.device).long().expand(B).clone()  # (B,)
+    if cfg.positional == "learned":
+        first = 1 + (src.size(1) if isinstance(model, DecoderOnly) else 0)  # positions used by bos (+ prompt)
+        lengths.clamp_(max=cfg.max_positions - first)
+    if (lengths < 0).any():
+        raise ValueError(f"max_len must be >= 0 (and a prompt must fit in max_positions={cfg.max_positions})")
+    return lengths
+
+
+class _Rows:
+    """The rows being decoded: their prefixes, the model state for them, and the next-token log-probs."""
+
+    def __init__(self, model: Model, src: Tensor, use_cache: bool) -> None:
+        if model.training:
+            raise ValueError("decoding needs model.eval() (dropout would make it random)")
+        cfg = self.cfg = model.config
+        self.model = model
+        bos = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
+        self.memory: Tensor | None = None  # (R, S, D)
+        self.memory_mask: Tensor | None = None  # (R, 1, 1, S)
+        if isinstance(model, DecoderOnly):
+            if (src == cfg.pad_id).any():
+                raise ValueError("decoder-only prompts in one batch must have the same length (no padding)")
+            self.ys = torch.cat([bos, src], dim=1)  # (R, 1 + P)
+        else:
+            self.memory_mask = padding_mask(src, cfg.pad_id)
+            self.memory = model.encode(src, self.memory_mask)
+            self.ys = bos  # (R, 1)
+        self.start = self.ys.size(1)  # generated tokens begin at this column
+        self.cache = model.new_cache() if use_cache else None
+
+    def log_probs(self) -> Tensor:
+        """log P(next token | prefix) for every row: (R, V), float32."""
+        new = self.ys if self.cache is None else self.ys[:, self.cache.length :]  # all, or the uncached
+        if self.memory is None:
+            logits = self.model(new, self.cache)  # (R, T, V)
+        else:
+            logits = self.model.decode(new, self.memory, self.memory_mask, self.cache)  # (R, T, V)
+        return F.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def generated(self, index: Tensor) -> list[list[int]]:
+        """The tokens generated so far by rows `index` (N,)."""
+        return self.ys[index, self.start :].tolist()
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows `index` (R',), in that order (beam back-pointers; dropping finished rows)."""
+        self.ys = self.ys.index_select(0, index)
+        if self.cache is not None:
+            self.cache.reorder(index)
+        if self.memory is not None and self.memory_mask is not None:
+            self.memory = self.memory.index_select(0, index)
+            self.memory_mask = self.memory_mask.index_select(0, index)
+
+    def append(self, tokens: Tensor) -> None:
+        """Extend every row's prefix by its token: tokens (R,)."""
+        self.ys = torch.cat([self.ys, tokens[:, None]], dim=1)
+
+
+def _constrain(logp: Tensor, step: int, max_len: Tensor, min_len: int, cfg: TransformerConfig) -> Tensor:
+    """Forbid pad and bos; forbid eos before min_len; allow only eos once a row reaches max_len.
+
+    logp (R, V) is changed in place and returned; max_len (R,). A forced eos keeps its model log-prob.
+    """
+    eos_logp = logp[:, cfg.eos_id].clone()  # (R,)
+    logp[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")
+    if step < min_len:
+        logp[:, cfg.eos_id] = float("-inf")
+    at_max = step >= max_len  # (R,)
+    if at_max.any():
+        logp[at_max] = float("-inf")
+        logp[at_max, cfg.eos_id] = eos_logp[at_max]
+    return logp
+
+
+def _single_path(model: Model, src: Tensor, pick: Callable[[Tensor], Tensor], max_len: int | Tensor | None,
+                 min_len: int, alpha: float, use_cache: bool) -> list[Hypothesis]:
+    """Decode one hypothesis per row, `pick` choosing each next token from the log-probs (R, V) -> (R,)."""
+    if src.size(0) == 0:
+        return []
+    rows = _Rows(model, src, use_cache)
+    limit = max_lengths(model, src, max_len)  # (B,)
+    sentence = torch.arange(src.size(0), device=src.device)  # (R,) input row of each decoded row
+    logprob = torch.zeros(src.size(0), device=src.device)  # (R,)
+    out: list[Hypothesis | None] = [None] * src.size(0)
+    for step in range(int(limit.max()) + 1):
+        logp = _constrain(rows.log_probs(), step, limit[sentence], min_len, rows.cfg)  # (R, V)
+        tokens = pick(logp)  # (R,)
+        logprob = logprob + logp.gather(1, tokens[:, None]).squeeze(1)
+        done = tokens == rows.cfg.eos_id  # (R,)
+        if done.any():
+            ended = done.nonzero().squeeze(1)
+            for i, toks, lp in zip(sentence[ended].tolist(), rows.generated(ended), logprob[ended].tolist(),
+                                   strict=True):
+                out[i] = Hypothesis(toks, lp, lp / length_penalty(len(toks) + 1, alpha))
+            keep = (~done).nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            rows.reorder(keep)
+            sentence, logprob, tokens = sentence[keep], logprob[keep], tokens[keep]
+        rows.append(tokens)
+    assert all(h is not None for h in out)  # eos is forced at max_len
+    return out  # type: ignore[return-value]
+
+
+@torch.inference_mode()
+def greedy(model: Model, src: Tensor, max_len: int | Tensor | None = None, min_len: int = 0,
+           alpha: float = 0.6, use_cache: bool = True) -> list[Hypothesis]:
+    """The most probable token at every step. src (B, S) -> B hypotheses (score with length penalty alpha)."""
+    return _single_path(model, src, lambda logp: logp.argmax(-1), max_len, min_len, alpha, use_cache)
+
+
+def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """logits (R, V) / temperature, with -inf outside the top_k tokens and outside the top_p nucleus.
+
+    top_k: keep the k most probable tokens (0: all; ties with the k-th are kept). top_p: keep the smallest
+    set of most probable tokens whose probability mass reaches top_p (Holtzman et al., 2020; 1.0: all),
+    measured on the distribution left by top_k.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if top_k < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need top_k >= 0 and 0 < top_p <= 1, got top_k={top_k}, top_p={top_p}")
+    logits = logits / temperature
+    if 0 < top_k < logits.size(-1):
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (R, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (R, V)
+        probs = sorted_logits.softmax(dim=-1)
+        mass_before = F.pad(probs.cumsum(dim=-1)[:, :-1], (1, 0))  # mass of the tokens ranked higher
+        drop_sorted = mass_before >= top_p  # the nucleus already holds top_p without this token
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+@torch.inference_mode()
+def sample(model: Model, src: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+           seed: int = 0, max_len: int | Tensor | None = None, min_len: int = 0, alpha: float = 0.6,
+           use_cache: bool = True) -> list[Hypothesis]:
+    """Draw each next token from the model's distribution, reshaped by `filter_logits`. src (B, S) -> B hyps.
+
+    The draws come from a `torch.Generator` seeded with `seed`, so a seed fixes the output for a given
+    batch. The returned logprob and score are those of the unfiltered model distribution.
+    """
+    generator = torch.Generator(device=src.device).manual_seed(seed)
+
+    def pick(logp: Tensor) -> Tensor:
+        probs = filter_logits(logp, temperature, top_k, top_p).softmax(dim=-1)  # (R, V)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return _single_path(model, src, pick, max_len, min_len, alpha, use_cache)
+
+
+@torch.inference_mode()
+def beam_search(model: Model, src: Tensor, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
+                max_len: int | Tensor | None = None, min_len: int = 0,
+                use_cache: bool = True) -> list[list[Hypothesis]]:
+    """Beam search. src (B, S) -> for each row, its `nbest` best finished hypotheses, best score first.
+
+    Each step extends every alive hypothesis of a sentence by every token and ranks the candidates by
+    their summed log-prob; of the 2 * beam best, those ending in eos among the first `beam` are finished
+    (scored with the length penalty and kept), and the `beam` best that do not end go on. A sentence is
+    done at its maximum length (where eos is forced), or once it has `beam` finished hypotheses and its
+    best alive hypothesis, scored as if it ended now, no longer beats the beam-th best finished one.
+    (Stopping at `beam` finished hypotheses alone, as fairseq does, lets early low-scoring endings fill
+    the quota and cut off a better hypothesis that is still growing.) Because an eos is accepted only from
+    the first `beam` candidates and the alive hypothesis is compared at the same length, beam 1 is exactly
+    greedy decoding, ids and score. The returned list of a sentence is sorted by score; at most `nbest`.
+    """
+    if beam < 1 or not 1 <= nbest <= beam:
+        raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
+    if src.size(0) == 0:
+        return []
+    rows = _Rows(model, src, use_cache)
+    eos = rows.cfg.eos_id
+    limit = max_lengths(model, src, max_len)  # (B,)
+    device = src.device
+    sentence = torch.arange(src.size(0), device=device)  # (Ba,) input row of each alive sentence
+    scores = torch.zeros(src.size(0), 1, device=device)  # (Ba, n) summed log-probs of the alive hypotheses
+    n_finished = torch.zeros(src.size(0), dtype=torch.long, device=device)  # (Ba,)
+    kth_best = torch.full((src.size(0),), float("-inf"), device=device)  # (Ba,) beam-th best finished score
+    finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    for step in range(int(limit.max()) + 1):
+        Ba, n = scores.shape  # n = 1 at the first step (bos only), then beam
+        logp = _constrain(rows.log_probs(), step, limit[sentence].repeat_interleave(n), min_len, rows.cfg)
+        V = logp.size(-1)
+        candidates = (scores[:, :, None] + logp.view(Ba, n, V)).view(Ba, n * V)  # (Ba, n V)
+        top, index = candidates.topk(min(2 * beam, n * V), dim=1)  # (Ba, C), best first
+        origin = torch.arange(Ba, device=device)[:, None] * n + index // V  # (Ba, C) row being extended
+        tokens = index % V  # (Ba, C)
+        is_eos = tokens == eos
+        ends = is_eos[:, :beam] & top[:, :beam].isfinite()  # (Ba, beam) hypotheses finished now
+        if ends.any():
+            s, c = ends.nonzero(as_tuple=True)
+            for i, toks, lp in zip(sentence[s].tolist(), rows.generated(origin[s, c]), top[s, c].tolist(),
+                                   strict=True):
+                finished[i].append(Hypothesis(toks, lp, lp / length_penalty(len(toks) + 1, alpha)))
+            n_finished += ends.sum(dim=1)
+            for row in s.unique().tolist():
+                hyps = finished[int(sentence[row])]
+                if len(hyps) >= beam:
+                    kth_best[row] = sorted((h.score for h in hyps), reverse=True)[beam - 1]
+        go_on = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :beam]  # first `beam` non-eos, by rank
+        scores, origin, tokens = top.gather(1, go_on), origin.gather(1, go_on), tokens.gather(1, go_on)
+        can_win = scores[:, 0] / length_penalty(step + 1, alpha) > kth_best  # best alive, scored at this length
+        alive = ((n_finished < beam) | can_win) & (step < limit[sentence])  # (Ba,)
+        if not alive.all():
+            keep = alive.nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            sentence, n_finished, kth_best = sentence[keep], n_finished[keep], kth_best[keep]
+            scores, origin, tokens = scores[keep], origin[keep], tokens[keep]
+        rows.reorder(origin.view(-1))
+        rows.append(tokens.view(-1))
+    return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in finished]
+
+
+@torch.inference_mode()
+def cross_attention(model: Transformer, src: Tensor, outputs: list[list[int]]) -> list[Tensor]:
+    """The last decoder layer's cross-attention, averaged over heads, for given outputs (teacher forcing).
+
+    src (B, S); outputs: B lists of generated ids (eos excluded). Returns B tensors (T, S_i): row t is the
+    query that predicted output token t (the last row predicted eos), T = len(tokens) + 1, and S_i the
+    source length of row i with its eos. Recomputing with a full forward pass keeps decoding itself on the
+    fast path, and gives the same weights as the incremental decoder.
+    """
+    cfg = model.config
+    tgt = pad_sequences([[cfg.bos_id, *toks] for toks in outputs], cfg.pad_id).to(src.device)  # (B, T)
+    mask = padding_mask(src, cfg.pad_id)
+    _, weights = model.decoder(tgt, model.encode(src, mask), mask, need_weights=True)
+    last = weights[-1]
+    assert last is not None
+    attn = last.float().mean(dim=1)  # (B, T, S)
+    src_lengths = (src != cfg.pad_id).sum(1).tolist()
+    return [attn[i, : len(toks) + 1, : src_lengths[i]].cpu() for i, toks in enumerate(outputs)]
+
+
+__all__ = ["Hypothesis", "beam_search", "cross_attention", "filter_logits", "greedy", "length_penalty",
+           "max_lengths", "sample"]

@@ -1,0 +1,144 @@
+"""Text in, text out: a model directory as a translator.
+
+    translator = Translator.load("runs/multi30k-de-en")          # config.json, weights, tokenizer
+    translator.translate(["Ein Mann fährt Fahrrad."], beam=4)     # -> ["A man rides a bike."]
+    translator.translate_detailed(texts, nbest=4, attention=True) # -> [Translation(text, score, ...)]
+
+Sentences are tokenized, sorted by length (so that batches hold sentences of similar length and little
+padding), cut into batches of at most `batch_tokens` padded source tokens, decoded with `qkv.decode.search`,
+detokenized and returned in input order. The output does not depend on the batching or on the order of
+the input (sampling aside, whose draws depend on the batch). Empty lines give "" without running the
+model; a line longer than the source limit is truncated, with one warning counting such lines.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..checkpoint import load_model_dir
+from ..data.batching import cut_into_batches, pad_sequences
+from ..data.tokenizer import SubwordTokenizer
+from ..model import Transformer
+from .search import DEFAULT_MAX_LEN_B, Hypothesis, beam_search, cross_attention, greedy, sample
+
+DEFAULT_MAX_SRC_TOKENS = 1024
+
+
+@dataclass
+class Translation:
+    """One translated sentence.
+
+    text: the best hypothesis, detokenized. score: its log-prob with the length penalty (see `search`).
+    tokens: its target ids (eos excluded). nbest: (text, score) of the n best hypotheses, best first.
+    attention: on request, the best hypothesis's last-layer cross-attention averaged over heads,
+        (T, S) with T = len(tokens) + 1 (the last row predicted eos) and S = source tokens + eos.
+    """
+
+    text: str
+    score: float
+    tokens: list[int]
+    nbest: list[tuple[str, float]]
+    attention: Tensor | None = None
+
+
+class Translator:
+    """A Transformer and its tokenizer: lists of sentences in, lists of translations out."""
+
+    def __init__(self, model: Transformer, tokenizer: SubwordTokenizer,
+                 max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS) -> None:
+        """max_src_tokens: longest source (subword tokens, eos included) before truncation; with learned
+        positions it is at most the model's `max_positions`."""
+        if not isinstance(model, Transformer):
+            raise ValueError(f"translation needs an encoder-decoder Transformer, got {type(model).__name__}")
+        cfg = model.config
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_src_tokens = min(max_src_tokens, cfg.max_positions) if cfg.positional == "learned" \
+            else max_src_tokens
+        if self.max_src_tokens < 2:
+            raise ValueError(f"max_src_tokens must be >= 2 (a token and eos), got {max_src_tokens}")
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], device: str | torch.device = "cpu",
+             max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS) -> Translator:
+        """Load a model directory written by `save_model_dir` (weights, config and tokenizer)."""
+        model = load_model_dir(directory, device)
+        if not isinstance(model, Transformer):
+            raise ValueError(f"{directory} holds a {type(model).__name__}; translation needs a Transformer")
+        return cls(model, SubwordTokenizer.load(directory), max_src_tokens)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def translate(self, texts: list[str], beam: int = 4, alpha: float = 0.6, nbest: int = 1,
+                  batch_tokens: int = 4096, max_len_a: float = 1.0,
+                  max_len_b: int = DEFAULT_MAX_LEN_B) -> list[str]:
+        """Translate sentences with beam search (beam 1: greedy); one output string per input string."""
+        return [t.text for t in self.translate_detailed(texts, beam, alpha, nbest, batch_tokens, max_len_a,
+                                                        max_len_b)]
+
+    def translate_detailed(self, texts: list[str], beam: int = 4, alpha: float = 0.6, nbest: int = 1,
+                           batch_tokens: int = 4096, max_len_a: float = 1.0, max_len_b: int = DEFAULT_MAX_LEN_B,
+                           attention: bool = False, sampling: bool = False, temperature: float = 1.0,
+                           top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> list[Translation]:
+        """Translate sentences; one `Translation` per input string, in input order.
+
+        beam, alpha, nbest: beam search (beam 1 is greedy decoding; nbest <= beam). batch_tokens: the most
+        padded source tokens per batch (a longer sentence goes alone). Output length limit per sentence:
+        max_len_a * source tokens + max_len_b. attention: also return the best hypothesis's cross-attention.
+        sampling: draw tokens instead (temperature, top_k, top_p; batch i uses seed + i), one hypothesis.
+        """
+        if nbest > (1 if sampling else beam):
+            raise ValueError(f"nbest={nbest} needs a beam at least as large (beam={beam}, sampling={sampling})")
+        if batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+        ids = self._encode(texts)
+        results: list[Translation | None] = [None] * len(texts)
+        for i, seq in enumerate(ids):
+            if not seq:
+                results[i] = Translation("", 0.0, [], [("", 0.0)])
+        order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: -len(ids[i]))  # longest first
+        sizes = np.minimum(np.array([len(ids[i]) + 1 for i in order], dtype=np.int64), batch_tokens)
+        for b, (start, end) in enumerate(pairwise(cut_into_batches(sizes, sizes, batch_tokens))):
+            batch = order[start:end]
+            src = pad_sequences([[*ids[i], self.tokenizer.eos_id] for i in batch], self.tokenizer.pad_id)
+            src = src.to(self.device)  # (B, S)
+            max_len = torch.tensor([int(max_len_a * len(ids[i]) + max_len_b) for i in batch], device=self.device)
+            if sampling:
+                hyps = [[h] for h in sample(self.model, src, temperature, top_k, top_p, seed + b, max_len,
+                                            alpha=alpha)]
+            elif beam == 1:
+                hyps = [[h] for h in greedy(self.model, src, max_len, alpha=alpha)]
+            else:
+                hyps = beam_search(self.model, src, beam, alpha, nbest, max_len)
+            attn = cross_attention(self.model, src, [h[0].tokens for h in hyps]) if attention else None
+            for row, (i, sentence_hyps) in enumerate(zip(batch, hyps, strict=True)):
+                results[i] = self._translation(sentence_hyps, None if attn is None else attn[row])
+        return results  # type: ignore[return-value]
+
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        """Source ids of each text, truncated to leave room for eos within max_src_tokens."""
+        ids = self.tokenizer.encode_src(list(texts))
+        room = self.max_src_tokens - 1
+        n_long = sum(len(seq) > room for seq in ids)
+        if n_long:
+            warnings.warn(f"{n_long} of {len(texts)} input lines are longer than {room} subword tokens and "
+                          f"were truncated to that length", stacklevel=3)
+        return [seq[:room] for seq in ids]
+
+    def _translation(self, hyps: list[Hypothesis], attention: Tensor | None) -> Translation:
+        texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+        best = hyps[0]
+        return Translation(texts[0], best.score, best.tokens, [(t, h.score) for t, h in zip(texts, hyps, strict=True)],
+                           attention)
+
+
+__all__ = ["Translation", "Translator"]

@@ -1,0 +1,124 @@
+"""Translator: text in, text out, in input order, whatever the batching; empty and over-long lines."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_models import EndingTransformer, tiny_config
+
+from qkv import DecoderOnly, Transformer
+from qkv.checkpoint import save_model_dir
+from qkv.data.batching import pad_sequences
+from qkv.data.tokenizer import SubwordTokenizer
+from qkv.decode import Translator, beam_search
+
+EN = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow.",
+      "A woman sings on a small stage.", "Children are running through a park.",
+      "The cat sleeps on the warm window sill.", "An old man reads a newspaper on a bench.",
+      "A group of people stand outside a building.", "A girl in a red dress jumps into the water.",
+      "Three boys play football on the beach.", "A chef cooks noodles in a busy kitchen."]
+ZH = ["一个男人在街上骑自行车。", "两只狗在雪地里玩耍。", "一个女人在小舞台上唱歌。", "孩子们在公园里跑步。",
+      "猫在温暖的窗台上睡觉。", "一位老人坐在长椅上看报纸。", "一群人站在大楼外面。", "一个穿红裙子的女孩跳进水里。",
+      "三个男孩在海滩上踢足球。", "一位厨师在繁忙的厨房里煮面条。"]
+TEXTS = [EN[0], "", ZH[1], EN[3] + " " + EN[4], "   ", ZH[5], EN[6], ZH[7] + ZH[8], EN[9], "dog"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> SubwordTokenizer:
+    return SubwordTokenizer.train(EN, ZH, tmp_path_factory.mktemp("tok"), vocab_size=500)
+
+
+def translator(tokenizer: SubwordTokenizer, ending: bool = True, **kwargs: object) -> Translator:
+    torch.manual_seed(0)
+    cfg = tiny_config(src_vocab_size=tokenizer.src_vocab_size)
+    model = EndingTransformer(cfg) if ending else Transformer(cfg)
+    return Translator(model.eval(), tokenizer, **kwargs)
+
+
+def summary(translations: list) -> list:
+    """What must not change at all: texts and ids (scores may differ by float rounding across batches)."""
+    return [(t.text, t.tokens, [text for text, _ in t.nbest]) for t in translations]
+
+
+def scores(translations: list) -> list[float]:
+    return [score for t in translations for _, score in t.nbest]
+
+
+def test_input_order_and_batching_do_not_change_the_output(tokenizer: SubwordTokenizer) -> None:
+    t = translator(tokenizer)
+    together = t.translate_detailed(TEXTS, nbest=2)
+    assert len({len(x.tokens) for x in together}) > 3
+    one_by_one = t.translate_detailed(TEXTS, nbest=2, batch_tokens=1)
+    order = list(range(len(TEXTS)))
+    random.Random(0).shuffle(order)
+    shuffled = t.translate_detailed([TEXTS[i] for i in order], nbest=2, batch_tokens=40)
+    unshuffled = [shuffled[order.index(i)] for i in range(len(TEXTS))]
+    assert summary(one_by_one) == summary(unshuffled) == summary(together)
+    assert scores(one_by_one) == pytest.approx(scores(together), abs=1e-4)
+    assert scores(unshuffled) == pytest.approx(scores(together), abs=1e-4)
+    assert t.translate(TEXTS, nbest=2) == [x.text for x in together]
+    for i in (1, 4):  # empty and blank lines: no model call, empty output
+        assert (together[i].text, together[i].score, together[i].tokens) == ("", 0.0, [])
+
+
+def test_translations_are_beam_search_outputs(tokenizer: SubwordTokenizer) -> None:
+    t = translator(tokenizer)
+    texts = [EN[1], ZH[2]]
+    ids = tokenizer.encode_src(texts)
+    src = pad_sequences([[*s, 3] for s in ids], 0)
+    max_len = torch.tensor([int(0.5 * len(s) + 7) for s in ids])
+    expected = beam_search(t.model, src, beam=3, alpha=1.0, nbest=3, max_len=max_len)
+    got = t.translate_detailed(texts, beam=3, alpha=1.0, nbest=3, max_len_a=0.5, max_len_b=7)
+    for g, hyps in zip(got, expected, strict=True):
+        assert g.tokens == hyps[0].tokens and g.score == hyps[0].score
+        assert g.nbest == [(tokenizer.decode_tgt([h.tokens])[0], h.score) for h in hyps]
+        assert g.text == g.nbest[0][0] and g.attention is None
+
+
+def test_attention_of_the_best_hypothesis(tokenizer: SubwordTokenizer) -> None:
+    t = translator(tokenizer)
+    with_attention = t.translate_detailed(TEXTS, beam=2, attention=True)
+    assert summary(with_attention) == summary(t.translate_detailed(TEXTS, beam=2))
+    for text, x in zip(TEXTS, with_attention, strict=True):
+        if x.tokens:
+            assert x.attention is not None
+            assert x.attention.shape == (len(x.tokens) + 1, len(tokenizer.encode_src([text])[0]) + 1)
+            torch.testing.assert_close(x.attention.sum(-1), torch.ones(len(x.tokens) + 1))
+
+
+def test_long_lines_are_truncated_with_one_warning(tokenizer: SubwordTokenizer) -> None:
+    t = translator(tokenizer, max_src_tokens=8)
+    with pytest.warns(UserWarning, match="2 of 3 input lines are longer than 7 subword tokens") as record:
+        out = t.translate_detailed([EN[0] * 20, "dog", ZH[3] * 50], beam=1)
+    assert len(record) == 1 and len(out) == 3
+    assert translator(tokenizer, max_src_tokens=5000).max_src_tokens == 5000
+    learned = Translator(Transformer(tiny_config(src_vocab_size=tokenizer.src_vocab_size, positional="learned",
+                                                 max_positions=12)), tokenizer)
+    assert learned.max_src_tokens == 12  # the position table is the limit
+    with pytest.warns(UserWarning, match="1 of 1"):
+        (long,) = learned.translate_detailed([EN[0] * 50], beam=2)
+    assert len(long.tokens) <= 11
+
+
+def test_sampling_is_seeded(tokenizer: SubwordTokenizer) -> None:
+    t = translator(tokenizer)
+    first = t.translate_detailed(TEXTS, sampling=True, top_k=10, seed=4)
+    assert summary(first) == summary(t.translate_detailed(TEXTS, sampling=True, top_k=10, seed=4))
+    with pytest.raises(ValueError, match="nbest"):
+        t.translate_detailed(TEXTS, sampling=True, nbest=2)
+
+
+def test_load_a_model_directory(tokenizer: SubwordTokenizer, tmp_path: Path) -> None:
+    t = translator(tokenizer, ending=False)
+    save_model_dir(tmp_path / "model", t.model, tokenizer)
+    loaded = Translator.load(tmp_path / "model")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert loaded.translate(TEXTS[:4], beam=2) == t.translate(TEXTS[:4], beam=2)
+    save_model_dir(tmp_path / "lm", DecoderOnly(tiny_config(src_vocab_size=tokenizer.src_vocab_size)), tokenizer)
+    with pytest.raises(ValueError, match="needs a Transformer"):
+        Translator.load(tmp_path / "lm")

@@ -1,0 +1,132 @@
+"""`qkv translate` and `qkv evaluate` on a tiny random model directory, in-process (and once as a process)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from qkv import Transformer, TransformerConfig
+from qkv.checkpoint import save_model_dir
+from qkv.cli import main
+from qkv.data.tokenizer import SubwordTokenizer
+from qkv.decode import Translator
+from qkv.evaluate import tokenize_lowercase
+
+EN = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow.",
+      "A woman sings on a small stage.", "Children are running through a park.",
+      "The cat sleeps on the warm window sill.", "An old man reads a newspaper on a bench.",
+      "A group of people stand outside a building.", "A girl in a red dress jumps into the water.",
+      "Three boys play football on the beach.", "A chef cooks noodles in a busy kitchen."]
+ZH = ["一个男人在街上骑自行车。", "两只狗在雪地里玩耍。", "一个女人在小舞台上唱歌。", "孩子们在公园里跑步。",
+      "猫在温暖的窗台上睡觉。", "一位老人坐在长椅上看报纸。", "一群人站在大楼外面。", "一个穿红裙子的女孩跳进水里。",
+      "三个男孩在海滩上踢足球。", "一位厨师在繁忙的厨房里煮面条。"]
+FAST = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "4"]  # short outputs keep the tests fast
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model directory: a random tiny Transformer and a SentencePiece model trained on English and Chinese."""
+    directory = tmp_path_factory.mktemp("model")
+    tokenizer = SubwordTokenizer.train(EN, ZH, directory, vocab_size=500)
+    torch.manual_seed(0)
+    cfg = TransformerConfig.preset("tiny", src_vocab_size=tokenizer.src_vocab_size, dropout=0.0,
+                                   attention_dropout=0.0)
+    return save_model_dir(directory, Transformer(cfg), tokenizer)
+
+
+def set_stdin(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8")), encoding="utf-8"))
+
+
+def test_translate_keeps_one_line_per_line(model_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [EN[0], "", ZH[1], "   ", " ".join(EN) * 40, ZH[2] + "\r", ""]  # a long line; a CRLF line; an empty last
+    set_stdin(monkeypatch, "\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match="1 of 7 input lines are longer than 1023 subword tokens"):
+        assert main(["translate", "--model", str(model_dir), *FAST]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith("\n")
+    outputs = out[:-1].split("\n")
+    assert len(outputs) == len(lines)
+    assert outputs[1] == outputs[3] == outputs[6] == "" and all(outputs[i] for i in (0, 2, 4, 5))
+    with pytest.warns(UserWarning):
+        expected = Translator.load(model_dir).translate([line.removesuffix("\r") for line in lines], beam=2,
+                                                        max_len_a=0.5, max_len_b=4)
+    assert outputs == [e.replace("\n", " ").replace("\r", " ") for e in expected]
+
+
+def test_translate_input_file_nbest(model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "in.txt").write_text(f"{ZH[0]}\n\n{EN[1]}\n", encoding="utf-8")
+    args = ["translate", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), *FAST]
+    assert main([*args, "--nbest", "2"]) == 0
+    rows = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    assert [int(r[0]) for r in rows] == [0, 0, 1, 2, 2]  # the empty line has one (empty) hypothesis
+    assert float(rows[0][2]) >= float(rows[1][2]) and rows[2][1:] == ["", "0.0000"]
+    assert main([*args, "--sample", "--top-k", "5", "--seed", "1"]) == 0
+    assert len(capsys.readouterr().out.split("\n")) == 4
+    assert main([*args, "--nbest", "3"]) == 2  # nbest > beam: a user error, one line
+    assert "nbest=3" in capsys.readouterr().err
+
+
+def test_translate_as_a_process_reads_and_writes_utf8(model_dir: Path) -> None:
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    env.pop("PYTHONIOENCODING", None)
+    text = f"{ZH[3]}\n\n{EN[2]}\n"
+    run = subprocess.run([sys.executable, "-m", "qkv.cli", "translate", "--model", str(model_dir), *FAST],
+                         input=text.encode("utf-8"), capture_output=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr.decode()
+    outputs = run.stdout.decode("utf-8").split("\n")
+    assert len(outputs) == 4 and outputs[1] == outputs[3] == "" and outputs[0]
+    assert "translated 3 lines" in run.stderr.decode()
+
+
+def test_evaluate_files(model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "src.zh").write_text("\n".join(ZH[:4]) + "\n", encoding="utf-8")
+    (tmp_path / "ref.en").write_text("\n".join(EN[:4]) + "\n", encoding="utf-8")
+    (tmp_path / "ref.tok.en").write_text("\n".join(tokenize_lowercase(s, "en") for s in EN[:4]) + "\n")
+    args = ["evaluate", "--model", str(model_dir), "--src", str(tmp_path / "src.zh"), "--ref", str(tmp_path / "ref.en")]
+    assert main([*args, *FAST, "--output", str(tmp_path / "hyp.en")]) == 0
+    out = capsys.readouterr().out
+    assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a" in out and "chrF2|" in out and "tokenized" not in out
+    assert len((tmp_path / "hyp.en").read_text(encoding="utf-8").split("\n")) == 5
+    assert main([*args, *FAST, "--tok-ref", str(tmp_path / "ref.tok.en"), "--lang", "en"]) == 0
+    assert "tok:none" in capsys.readouterr().out
+    assert main([*args, *FAST, "--tok-ref", str(tmp_path / "ref.tok.en")]) == 2  # which Moses language?
+    assert "--lang" in capsys.readouterr().err
+    (tmp_path / "ref.en").write_text("one line\n")
+    assert main([*args, *FAST]) == 2
+    assert "4 lines" in capsys.readouterr().err
+
+
+def test_evaluate_a_named_corpus_finds_the_tokenized_references(model_dir: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "multi30k"
+    (root / "tok").mkdir(parents=True)
+    for lang, lines in (("en", EN[:3]), ("de", ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen.", "Eine Frau singt."])):
+        with gzip.open(root / f"test_2016_flickr.{lang}.gz", "wt", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        (root / "tok" / f"test_2016_flickr.lc.norm.tok.{lang}").write_text(
+            "\n".join(tokenize_lowercase(s, lang) for s in lines) + "\n", encoding="utf-8")
+    args = ["evaluate", "--model", str(model_dir), "--corpus", "multi30k", "--pair", "en-de",
+            "--data-dir", str(tmp_path)]
+    assert main([*args, *FAST]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and out[0].startswith("BLEU|") and "tok:none" in out[2] and "Moses" in out[2]
+    assert main([*args[:-2], "--data-dir", str(tmp_path / "elsewhere"), *FAST]) == 2
+    assert "not found" in capsys.readouterr().err
