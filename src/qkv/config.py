@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 POSITIONAL = ("sinusoidal", "learned", "rope", "relative", "alibi", "none")
 ATTENTION_SCORES = ("scaled_dot", "dot", "additive", "bilinear")
 ACTIVATIONS = ("relu", "gelu", "swiglu")
@@ -26,17 +27,21 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def coerce_numbers(cls: type, d: dict[str, Any]) -> dict[str, Any]:
-    """YAML 1.1 reads `1e-9` as a string; turn such strings into numbers for float-typed fields."""
-    out = dict(d)
-    for f in dataclasses.fields(cls):
-        value = out.get(f.name)
-        if isinstance(value, str) and "float" in str(f.type):
+def dataclass_from_dict(cls: type[T], d: dict[str, Any]) -> T:
+    """Build a config dataclass from a dict: an unknown key is an error that names it, and numbers that
+    YAML 1.1 reads as strings (`1e-9`) become floats for float-typed fields."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(d) - set(fields))
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown key(s) {unknown}; known keys: {sorted(fields)}")
+    values = dict(d)
+    for name, value in d.items():
+        if isinstance(value, str) and "float" in str(fields[name].type):
             try:
-                out[f.name] = float(value)
+                values[name] = float(value)
             except ValueError:
-                raise ValueError(f"{cls.__name__}: {f.name} must be a number, got {value!r}") from None
-    return out
+                raise ValueError(f"{cls.__name__}: {name} must be a number, got {value!r}") from None
+    return cls(**values)
 
 
 @dataclass
@@ -151,11 +156,7 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TransformerConfig:
         """Build from a dict; an unknown key is an error that names the key."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"TransformerConfig: unknown key(s) {unknown}; known keys: {sorted(known)}")
-        return cls(**coerce_numbers(cls, d))
+        return dataclass_from_dict(cls, d)
 
     def replace(self, **overrides: Any) -> TransformerConfig:
         return self.from_dict({**self.to_dict(), **overrides})

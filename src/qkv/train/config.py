@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from ..config import PRESETS, TransformerConfig, coerce_numbers
+from ..config import PRESETS, TransformerConfig, dataclass_from_dict
 from .schedule import SCHEDULES
 
 
@@ -112,11 +112,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
-        return cls(**coerce_numbers(cls, d))
+        return dataclass_from_dict(cls, d)
 
 
 def parse_overrides(args: list[str]) -> dict[str, Any]:
