@@ -1,0 +1,553 @@
+"""Speed of qkv against Hugging Face transformers and CTranslate2 on the paper's base shape, on CPU.
+
+    pip install -e '.[bench]'
+    python benchmarks/speed.py                                   # the table of docs/benchmarks.md (~9 min, 2 cores)
+    python benchmarks/speed.py --quick                           # smoke run of every path (~3 min)
+    python benchmarks/speed.py --json benchmarks/results/speed.json
+
+One random model, three engines. A Hugging Face `MarianMTModel` of the base shape (6 + 6 layers, d_model 512,
+d_ff 2048, 8 heads, ReLU, post-norm, sinusoidal positions, a shared and tied 8,000-token vocabulary) is built
+with random weights, imported into qkv with `qkv.convert.from_marian`, and converted to CTranslate2 with
+`ctranslate2.converters.TransformersConverter` (float32 and int8). Ids: unk 1, decoder start (bos) 2, eos 3, and pad
+last (8k - 1), where Marian has it: CTranslate2's Marian converter drops the last row as the pad. The bos row is
+zeroed, so that the three compute the same function (CTranslate2 starts Marian decoders from a zero embedding).
+
+Before any timing the harness checks correctness and exits 1 if it fails: on the benchmark sources, qkv's logits
+equal Hugging Face's (1e-4) and qkv's greedy ids equal `generate`'s token for token (both decoding freely to eos or
+`--new-tokens`). CTranslate2 float32's agreement with Hugging Face is reported, not required.
+
+Timed, each engine and setting in a fresh subprocess (so that the peak RSS is its own):
+* decoding: greedy and beam 4, batch 1 (`--batch1-sentences` sentences, one at a time) and batch 32
+  (`--batch32-sentences` in batches of 32); sources of `--src-len` random tokens + eos; every hypothesis is
+  forced to exactly `--new-tokens` tokens (qkv min_len = max_len, HF min_new_tokens = max_new_tokens, CT2
+  min/max_decoding_length), so the work does not depend on when a random model would stop. qkv also runs one
+  more decoder step to score the forced eos. CTranslate2 runs with its default threads and with
+  (inter_threads, intra_threads) = (2, 1) and (1, 2); it receives all sentences of a run at once with
+  max_batch_size = the batch, so inter_threads = 2 decodes two batches in parallel (its throughput mode).
+* training: forward + backward + Adam step on `--train-sentences` pairs (25 target tokens each, ~4,000 per step),
+  float32, dropout 0.1, qkv vs Hugging Face: target tokens/s, and achieved GFLOP/s (matmul FLOPs counted from the
+  shapes, backward = 2 x forward) as a fraction of the machine's fp32 matmul peak, measured with torch.matmul on
+  `--matmul-size` square matrices with the same threads.
+* attention: one encoder self-attention layer (d_model 512, 8 heads, batch 1) at sequence lengths 128 .. 4096:
+  time and peak memory (RSS high-water mark above the one before the call) of qkv's fused path
+  (F.scaled_dot_product_attention) and of the explicit softmax(QK^T)V path (`need_weights=True`).
+Each time is the median of `--repeats` runs after one warm-up run (the best run is reported too). Other processes
+on the machine make timings noisy: "others' cores" is the CPU they used while a row was timed (machine-wide busy
+time from /proc/stat minus the worker's own, per second), and the load average before and after is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+UNK, BOS, EOS = 1, 2, 3  # and pad = vocab - 1, where Marian has it (CTranslate2's converter drops that row)
+FIRST_WORD = 4  # sources and targets are drawn from FIRST_WORD .. vocab - 2
+CT2_THREADS = [("default", 1, 0), ("2x1", 2, 1), ("1x2", 1, 2)]  # (label, inter_threads, intra_threads)
+ATTENTION_LENGTHS = [128, 256, 512, 1024, 2048, 4096]
+ENV = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+
+
+# --- the shared setup: the model in three formats and the sources ------------------------------------------------
+
+def token(i: int, vocab: int) -> str:
+    """The vocabulary's i-th token string (CTranslate2 reads tokens, qkv and HF ids)."""
+    return "<pad>" if i == vocab - 1 else {UNK: "<unk>", BOS: "<s>", EOS: "</s>"}.get(i, f"w{i}")
+
+
+def marian_config(vocab: int) -> Any:
+    """The paper's base shape as a MarianConfig: ReLU (an activation qkv has), pad last, bos 2, eos 3."""
+    from transformers import MarianConfig
+
+    return MarianConfig(vocab_size=vocab, d_model=512, encoder_layers=6, decoder_layers=6,
+                        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
+                        decoder_ffn_dim=2048, max_position_embeddings=1024, activation_function="relu",
+                        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
+                        pad_token_id=vocab - 1, eos_token_id=EOS, decoder_start_token_id=BOS, forced_eos_token_id=None,
+                        share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
+
+
+def build(work: Path, args: argparse.Namespace) -> None:
+    """Write work/{hf, qkv, ct2-float32, ct2-int8} and work/sources.json (N, src_len + 1) ids ending with eos."""
+    import torch
+    from ctranslate2.converters import TransformersConverter
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import MarianMTModel, PreTrainedTokenizerFast
+
+    from qkv.checkpoint import save_model_dir
+    from qkv.convert import from_marian
+
+    torch.manual_seed(0)
+    hf = MarianMTModel(marian_config(args.vocab)).eval()
+    with torch.no_grad():
+        hf.model.shared.weight[BOS].zero_()  # start from a zero embedding, as CTranslate2 does for Marian
+    hf.save_pretrained(work / "hf")
+    words = Tokenizer(models.WordLevel({token(i, args.vocab): i for i in range(args.vocab)}, unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
+                            eos_token="</s>").save_pretrained(work / "hf")
+    save_model_dir(work / "qkv", from_marian(hf, unk_id=UNK))
+    for quantization in ("float32", "int8"):
+        TransformersConverter(str(work / "hf")).convert(str(work / f"ct2-{quantization}"),
+                                                        quantization=quantization, force=True)
+    n = max(args.batch1_sentences, args.batch32_sentences)
+    src = torch.randint(FIRST_WORD, args.vocab - 1, (n, args.src_len + 1),
+                        generator=torch.Generator().manual_seed(1))
+    src[:, -1] = EOS
+    (work / "sources.json").write_text(json.dumps(src.tolist()))
+
+
+def load_sources(work: Path, n: int) -> list[list[int]]:
+    return json.loads((work / "sources.json").read_text())[:n]
+
+
+# --- the three engines: sources (ids) -> output tokens per sentence ------------------------------------------------
+
+Translate = Callable[[list[list[int]], int], list[list[int]]]  # (sources, batch size) -> ids without eos
+
+
+def qkv_engine(work: Path, beam: int, min_len: int, max_len: int) -> Translate:
+    import torch
+
+    from qkv.checkpoint import load_model_dir
+    from qkv.decode import beam_search, greedy
+
+    model = load_model_dir(work / "qkv")
+
+    def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
+        out = []
+        for i in range(0, len(sources), batch):
+            src = torch.tensor(sources[i : i + batch])
+            if beam == 1:
+                out += [h.tokens for h in greedy(model, src, min_len=min_len, max_len=max_len)]
+            else:
+                out += [hyps[0].tokens for hyps in beam_search(model, src, beam=beam, min_len=min_len,
+                                                                max_len=max_len)]
+        return out
+
+    return translate
+
+
+def hf_engine(work: Path, beam: int, min_len: int, max_len: int) -> Translate:
+    import torch
+    from transformers import MarianMTModel
+
+    model = MarianMTModel.from_pretrained(work / "hf").eval()
+
+    def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
+        out = []
+        for i in range(0, len(sources), batch):
+            src = torch.tensor(sources[i : i + batch])
+            with torch.inference_mode():
+                ids = model.generate(input_ids=src, attention_mask=torch.ones_like(src), do_sample=False,
+                                     num_beams=beam, min_new_tokens=min_len, max_new_tokens=max_len,
+                                     suppress_tokens=[model.config.pad_token_id, BOS])
+            for row in ids[:, 1:].tolist():  # drop the decoder start; cut at eos
+                out.append(row[: row.index(EOS)] if EOS in row else row)
+        return out
+
+    return translate
+
+
+def ct2_engine(work: Path, beam: int, min_len: int, max_len: int, vocab: int, compute_type: str, inter: int,
+               intra: int) -> Translate:
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(work / f"ct2-{compute_type}"), device="cpu", compute_type=compute_type,
+                                        inter_threads=inter, intra_threads=intra)
+    ids = {token(i, vocab): i for i in range(vocab)}
+
+    def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
+        results = translator.translate_batch([[token(i, vocab) for i in s] for s in sources], max_batch_size=batch,
+                                             beam_size=beam, min_decoding_length=min_len,
+                                             max_decoding_length=max_len, suppress_sequences=[["<s>"]])
+        return [[ids[t] for t in r.hypotheses[0]] for r in results]
+
+    return translate
+
+
+def import_engine(engine: str) -> None:
+    """Import what an engine needs (transformers loads its modules lazily: import the model class)."""
+    if engine == "ct2":
+        import ctranslate2  # noqa: F401
+    elif engine == "hf":
+        from transformers import MarianMTModel  # noqa: F401
+    else:
+        import qkv.decode  # noqa: F401
+
+
+def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) -> Translate:
+    """The engine a worker spec names: "qkv", "hf" or "ct2" (with compute_type, inter, intra)."""
+    if spec["engine"] == "qkv":
+        return qkv_engine(work, spec["beam"], min_len, max_len)
+    if spec["engine"] == "hf":
+        return hf_engine(work, spec["beam"], min_len, max_len)
+    return ct2_engine(work, spec["beam"], min_len, max_len, spec["vocab"], spec["compute_type"], spec["inter"],
+                      spec["intra"])
+
+
+# --- measurements, each run by a worker subprocess ----------------------------------------------------------------
+
+def memory_mb(field: str) -> float:
+    """A /proc/self/status memory field in MB: VmRSS (now) or VmHWM (peak since exec, unlike ru_maxrss)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process, all its threads)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    own = psutil.Process().cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal, own.user + own.system
+
+
+def timed(run: Callable[[], Any], repeats: int) -> tuple[dict[str, float], Any]:
+    """One warm-up call, then `repeats` timed calls: median and best seconds, and the cores that other processes
+    kept busy meanwhile (their load makes the times noisy). Returns those and the last call's result."""
+    result = run()
+    seconds = []
+    busy, own = cpu_seconds()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        result = run()
+        seconds.append(time.perf_counter() - begin)
+    wall = time.perf_counter() - start
+    busy_after, own_after = cpu_seconds()
+    others = max(0.0, (busy_after - busy) - (own_after - own)) / wall
+    return {"seconds": statistics.median(seconds), "best_seconds": min(seconds), "other_cores": others}, result
+
+
+def measure_decoding(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """Decode spec["sentences"] sources in batches of spec["batch"], every hypothesis exactly new_tokens long."""
+    import_engine(spec["engine"])
+    imports_mb = memory_mb("VmRSS")
+    n, new_tokens = spec["sentences"], spec["new_tokens"]
+    translate = make_engine(work, spec, new_tokens, new_tokens)
+    sources = load_sources(work, n)
+    times, out = timed(lambda: translate(sources, spec["batch"]), spec["repeats"])
+    lengths = sorted({len(o) for o in out})
+    if len(out) != n or lengths != [new_tokens]:
+        raise RuntimeError(f"{spec}: expected {n} outputs of {new_tokens} tokens, got {len(out)} of lengths {lengths}")
+    return {**times, "tokens_per_second": n * new_tokens / times["seconds"],
+            "best_tokens_per_second": n * new_tokens / times["best_seconds"],
+            "sentences_per_second": n / times["seconds"], "peak_rss_mb": memory_mb("VmHWM"),
+            "imports_rss_mb": imports_mb}
+
+
+def training_flops(cfg: Any, batch: int, src_len: int, tgt_len: int) -> float:
+    """Matmul FLOPs of one training step: 3 x forward (backward = 2 x forward), attention products included.
+
+    Per layer, MACs per token: encoder 4 D^2 + 2 D F; decoder 6 D^2 + 2 D F, plus 2 D^2 per source token for the
+    cross-attention keys/values; attention QK^T and AV: 2 D per (query, key) pair; output projection D V.
+    """
+    d, f, v = cfg.d_model, cfg.encoder_ffn_dim, cfg.vocab_size
+    S, T = src_len, tgt_len
+    encoder = S * (4 * d * d + 2 * d * f) + 2 * S * S * d
+    decoder = T * (6 * d * d + 2 * d * f) + S * 2 * d * d + 2 * T * T * d + 2 * T * S * d
+    macs = batch * (cfg.encoder_layers * encoder + cfg.decoder_layers * decoder + T * d * v)
+    return 3 * 2 * macs
+
+
+def measure_training(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """Forward + backward + Adam on one fixed batch: src (B, src_len + 1), tgt_in and labels (B, tgt_len)."""
+    import torch
+    import torch.nn.functional as F
+
+    import_engine(spec["engine"])
+    imports_mb = memory_mb("VmRSS")
+    torch.manual_seed(0)
+    B, S, T = spec["sentences"], spec["src_len"] + 1, spec["tgt_len"]
+    src = torch.randint(FIRST_WORD, spec["vocab"] - 1, (B, S))
+    src[:, -1] = EOS
+    labels = torch.randint(FIRST_WORD, spec["vocab"] - 1, (B, T))
+    labels[:, -1] = EOS
+    tgt_in = torch.cat([torch.full((B, 1), BOS), labels[:, :-1]], dim=1)
+    if spec["engine"] == "qkv":
+        from qkv.checkpoint import load_model_dir
+
+        model = load_model_dir(work / "qkv")
+
+        def forward() -> torch.Tensor:
+            return model(src, tgt_in)
+    else:
+        from transformers import MarianMTModel
+
+        model = MarianMTModel.from_pretrained(work / "hf")
+
+        def forward() -> torch.Tensor:
+            return model(input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=tgt_in).logits
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(forward().flatten(0, 1), labels.flatten())
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    times, _ = timed(step, spec["repeats"])
+    flops = training_flops(marian_config(spec["vocab"]), B, S, T)
+    return {**times, "target_tokens": B * T, "tokens_per_second": B * T / times["seconds"],
+            "gflops_per_second": flops / times["seconds"] / 1e9,
+            "best_gflops_per_second": flops / times["best_seconds"] / 1e9, "flops_per_step": flops,
+            "peak_rss_mb": memory_mb("VmHWM"), "imports_rss_mb": imports_mb, "threads": torch.get_num_threads()}
+
+
+def measure_matmul(spec: dict[str, Any]) -> dict[str, Any]:
+    """fp32 matmul peak: the best of `repeats` (n x n) @ (n x n) products, after a warm-up."""
+    import torch
+
+    n = spec["size"]
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    times, _ = timed(lambda: torch.matmul(a, b), spec["repeats"])
+    return {**times, "gflops_per_second": 2 * n**3 / times["best_seconds"] / 1e9, "threads": torch.get_num_threads()}
+
+
+def measure_attention(spec: dict[str, Any]) -> dict[str, Any]:
+    """One encoder self-attention layer on (1, L, 512): extra peak memory of the first call, then median time."""
+    import torch
+
+    from qkv.model.attention import MultiHeadedAttention
+
+    torch.manual_seed(0)
+    layer = MultiHeadedAttention(512, 8).eval()
+    x = torch.randn(1, spec["length"], 512)
+    with torch.inference_mode():
+        before = memory_mb("VmHWM")
+        out = layer(x, need_weights=spec["explicit"])
+        extra_mb = memory_mb("VmHWM") - before
+        del out
+        times, _ = timed(lambda: layer(x, need_weights=spec["explicit"]), spec["repeats"])
+    return {**times, "extra_peak_mb": extra_mb}
+
+
+def worker(spec: dict[str, Any], work: Path) -> dict[str, Any]:
+    task = spec["task"]
+    if task == "decode":
+        return measure_decoding(work, spec)
+    if task == "train":
+        return measure_training(work, spec)
+    if task == "matmul":
+        return measure_matmul(spec)
+    return measure_attention(spec)
+
+
+def run_worker(spec: dict[str, Any], work: Path) -> dict[str, Any]:
+    """Run one measurement in a fresh Python process; exit 1 with its stderr if it fails."""
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec), "--workdir", str(work)],
+                          capture_output=True, text=True, env=ENV)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        print(proc.stdout + proc.stderr, file=sys.stderr)
+        raise SystemExit(f"worker failed: {spec}")
+    result = {**spec, **json.loads(lines[-1][len("RESULT "):]), "load_average": [load, os.getloadavg()[0]]}
+    label = " ".join(f"{k}={v}" for k, v in spec.items() if k not in ("task", "vocab", "repeats"))
+    print(f"  {spec['task']:<9} {label:<80} {time.perf_counter() - start:6.1f} s", file=sys.stderr, flush=True)
+    return result
+
+
+# --- correctness, before any timing ---------------------------------------------------------------------------------
+
+def check(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """qkv == HF: logits (teacher forcing, 1e-4) and greedy ids on the benchmark sources. CT2 float32 reported."""
+    import torch
+    from transformers import MarianMTModel
+
+    from qkv.checkpoint import load_model_dir
+
+    sources = load_sources(work, args.batch32_sentences)
+    src = torch.tensor(sources[:8])
+    tgt = torch.cat([torch.full((8, 1), BOS), src[:, :-1]], dim=1)  # any target ids will do
+    with torch.inference_mode():
+        hf_logits = MarianMTModel.from_pretrained(work / "hf").eval()(input_ids=src, decoder_input_ids=tgt).logits
+        logits_diff = (load_model_dir(work / "qkv")(src, tgt) - hf_logits).abs().max().item()
+    ours = qkv_engine(work, 1, 0, args.new_tokens)(sources, 32)
+    theirs = hf_engine(work, 1, 0, args.new_tokens)(sources, 32)
+    ct2 = ct2_engine(work, 1, 0, args.new_tokens, args.vocab, "float32", 1, 0)(sources, 32)
+    result = {"logits_max_abs_diff": logits_diff, "sentences": len(sources),
+              "qkv_equals_hf": sum(a == b for a, b in zip(ours, theirs, strict=True)),
+              "ct2_float32_equals_hf": sum(a == b for a, b in zip(ct2, theirs, strict=True)),
+              "ended_with_eos": sum(len(o) < args.new_tokens for o in theirs)}
+    print(f"check: logits max |qkv - HF| = {logits_diff:.2e}; greedy ids qkv == HF on {result['qkv_equals_hf']}/"
+          f"{len(sources)} sentences; CT2 float32 == HF on {result['ct2_float32_equals_hf']}/{len(sources)}",
+          file=sys.stderr, flush=True)
+    if logits_diff > 1e-4 or result["qkv_equals_hf"] != len(sources):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            if a != b:
+                print(f"sentence {i}:\n  qkv {a}\n  hf  {b}", file=sys.stderr)
+        raise SystemExit("check failed: qkv does not compute what Hugging Face computes; no timing done")
+    return result
+
+
+# --- the report -----------------------------------------------------------------------------------------------------
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|",
+                      *(line(r) for r in rows)])
+
+
+def engine_name(r: dict[str, Any]) -> str:
+    if r["engine"] == "ct2":
+        return f"CT2 {r['compute_type']} {r['threads_label']}"
+    return {"qkv": "qkv", "hf": "HF transformers"}[r["engine"]]
+
+
+def decode_table(rows: list[dict[str, Any]]) -> str:
+    out = []
+    for r in rows:
+        base = next(q for q in rows if q["engine"] == "qkv" and q["beam"] == r["beam"] and q["batch"] == r["batch"])
+        out.append(["greedy" if r["beam"] == 1 else f"beam {r['beam']}", str(r["batch"]), engine_name(r),
+                    f"{r['tokens_per_second']:.0f}", f"{r['best_tokens_per_second']:.0f}",
+                    f"{r['sentences_per_second']:.2f}", f"{r['peak_rss_mb']:.0f} ({r['imports_rss_mb']:.0f})",
+                    f"{r['other_cores']:.2f}", f"{base['tokens_per_second'] / r['tokens_per_second']:.2f}"])
+    return markdown(["search", "batch", "engine", "tokens/s", "best tokens/s", "sentences/s",
+                     "peak RSS MB (imports)", "others' cores", "qkv ÷ engine"], out)
+
+
+def train_table(rows: list[dict[str, Any]], peak: float) -> str:
+    qkv = next(r for r in rows if r["engine"] == "qkv")
+    out = [[engine_name(r), str(r["target_tokens"]), f"{r['seconds']:.2f}", f"{r['tokens_per_second']:.0f}",
+            f"{r['gflops_per_second']:.0f}", f"{100 * r['gflops_per_second'] / peak:.0f}%",
+            f"{r['peak_rss_mb']:.0f}", f"{r['other_cores']:.2f}",
+            f"{qkv['tokens_per_second'] / r['tokens_per_second']:.2f}"] for r in rows]
+    return markdown(["engine", "target tokens/step", "s/step", "target tokens/s", "GFLOP/s", "of matmul peak",
+                     "peak RSS MB", "others' cores", "qkv ÷ engine"], out)
+
+
+def attention_table(rows: list[dict[str, Any]]) -> str:
+    by = {(r["length"], r["explicit"]): r for r in rows}
+    lengths = sorted({r["length"] for r in rows})
+    out = []
+    for i, L in enumerate(lengths):
+        fused, explicit = by[L, False], by[L, True]
+        growth = "" if i == 0 else (f"{fused['seconds'] / by[lengths[i - 1], False]['seconds']:.1f} / "
+                                    f"{explicit['seconds'] / by[lengths[i - 1], True]['seconds']:.1f}")
+        out.append([str(L), f"{1e3 * fused['seconds']:.1f}", f"{1e3 * explicit['seconds']:.1f}",
+                    f"{explicit['seconds'] / fused['seconds']:.1f}", f"{fused['extra_peak_mb']:.0f}",
+                    f"{explicit['extra_peak_mb']:.0f}", f"{8 * L * L * 4 / 2**20:.0f}", growth,
+                    f"{max(fused['other_cores'], explicit['other_cores']):.2f}"])
+    return markdown(["L", "fused ms", "explicit ms", "explicit ÷ fused", "fused peak MB", "explicit peak MB",
+                     "one H·L² fp32 tensor MB", "time × vs L/2 (fused / explicit)", "others' cores"], out)
+
+
+def versions() -> dict[str, str]:
+    import ctranslate2
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "ctranslate2": ctranslate2.__version__, "python": platform.python_version()}
+
+
+def cpu_model() -> str:
+    """The `Model name` line of lscpu, or platform.processor()."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor()
+    names = [line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")]
+    return names[0] if names else platform.processor()
+
+
+# --- the run --------------------------------------------------------------------------------------------------------
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small workloads: a smoke run of every path")
+    parser.add_argument("--json", default="benchmarks/results/speed.json", help="where to write the results")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--src-len", type=int, default=25, help="source tokens (eos added)")
+    parser.add_argument("--new-tokens", type=int, default=30, help="output tokens per hypothesis")
+    parser.add_argument("--batch1-sentences", type=int, default=8, help="sentences decoded one at a time")
+    parser.add_argument("--batch32-sentences", type=int, default=64, help="sentences decoded 32 at a time")
+    parser.add_argument("--train-sentences", type=int, default=160, help="pairs per training step (25 target tokens)")
+    parser.add_argument("--matmul-size", type=int, default=4096)
+    parser.add_argument("--max-attention-length", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.batch1_sentences, args.batch32_sentences, args.train_sentences = 2, 32, 16
+        args.matmul_size, args.max_attention_length, args.repeats = 1024, 512, 1
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        print("RESULT " + json.dumps(worker(json.loads(args.worker), Path(args.workdir))), flush=True)
+        return
+    started, load_before = time.perf_counter(), os.getloadavg()
+    common = {"vocab": args.vocab, "repeats": args.repeats}
+    with tempfile.TemporaryDirectory(prefix="qkv-speed-") as tmp:
+        work = Path(tmp)
+        print("building the model (HF), importing it into qkv, converting it to CTranslate2 ...", file=sys.stderr)
+        build(work, args)
+        correctness = check(work, args)
+        decode_specs = []
+        for beam in (1, 4):
+            for batch, n in ((1, args.batch1_sentences), (32, args.batch32_sentences)):
+                setting = {**common, "task": "decode", "beam": beam, "batch": batch, "sentences": n,
+                           "new_tokens": args.new_tokens}
+                decode_specs += [{**setting, "engine": "qkv"}, {**setting, "engine": "hf"}]
+                decode_specs += [{**setting, "engine": "ct2", "compute_type": ct, "threads_label": label,
+                                  "inter": inter, "intra": intra}
+                                 for ct in ("float32", "int8") for label, inter, intra in CT2_THREADS]
+        decoding = [run_worker(spec, work) for spec in decode_specs]
+        matmul = run_worker({**common, "task": "matmul", "size": args.matmul_size, "repeats": 5}, work)
+        training = [run_worker({**common, "task": "train", "engine": engine, "sentences": args.train_sentences,
+                                "src_len": args.src_len, "tgt_len": 25}, work) for engine in ("qkv", "hf")]
+        attention = [run_worker({**common, "task": "attention", "length": L, "explicit": explicit}, work)
+                     for L in ATTENTION_LENGTHS if args.max_attention_length >= L for explicit in (False, True)]
+
+    machine = {"cpu": cpu_model(), "cores": os.cpu_count(),
+               "load_average_before_after": [load_before[0], os.getloadavg()[0]]}
+    peak = matmul["gflops_per_second"]
+    print(f"\n{machine['cpu']}, {machine['cores']} cores; " + ", ".join(f"{k} {v}" for k, v in versions().items()))
+    print(f"load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; "
+          f"{time.perf_counter() - started:.0f} s in all")
+    print(f"\ncheck: logits max |qkv - HF| = {correctness['logits_max_abs_diff']:.1e}; greedy ids qkv == HF on "
+          f"{correctness['qkv_equals_hf']}/{correctness['sentences']} sentences; CT2 float32 == HF on "
+          f"{correctness['ct2_float32_equals_hf']}/{correctness['sentences']}")
+    print(f"\nDecoding: {args.src_len} + eos source tokens, exactly {args.new_tokens} new tokens per hypothesis; "
+          f"batch 1: {args.batch1_sentences} sentences, batch 32: {args.batch32_sentences}; "
+          "qkv ÷ engine > 1: qkv faster")
+    print(decode_table(decoding))
+    print(f"\nTraining step (forward + backward + Adam, fp32); fp32 matmul peak {peak:.0f} GFLOP/s "
+          f"({args.matmul_size}² matmul, {matmul['threads']} threads)")
+    print(train_table(training, peak))
+    print("\nAttention: one encoder self-attention layer (d_model 512, 8 heads, batch 1), forward")
+    print(attention_table(attention))
+    result = {"benchmark": "speed", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine, "versions": versions(), "settings": vars(args), "check": correctness,
+              "decoding": decoding, "matmul_peak": matmul, "training": training, "attention": attention,
+              "seconds": time.perf_counter() - started}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
