@@ -157,3 +157,21 @@ def test_fully_masked_rows_are_zero_and_gradients_finite() -> None:
     assert torch.isfinite(q.grad).all()
     assert torch.all(out[1] == 0) and torch.all(w[1] == 0)
     assert torch.isfinite(out[0]).all() and out[0].abs().sum() > 0
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2])
+def test_single_query_fast_path_equals_fused_kernel(n_kv_heads: int) -> None:
+    """Beam search over a batch decodes one query for B*H >= 512 rows: that CPU path must equal F.sdpa."""
+    mha = MultiHeadedAttention(D, H, n_kv_heads=n_kv_heads).eval()
+    rows, Dh = 130, D // H  # 130 * 4 heads = 520 rows
+    q = torch.randn(rows, H, 1, Dh)
+    k, v = torch.randn(rows, n_kv_heads, S, Dh), torch.randn(rows, n_kv_heads, S, Dh)
+    ids = torch.ones(rows, S, dtype=torch.long)
+    ids[::3, 4:] = 0
+    ids[1] = 0  # a fully padded source row: zeros, as F.sdpa gives
+    mask, bias = padding_mask(ids, 0), torch.randn(1, H, 1, S)
+    fast, _ = mha.attend(q, k, v, mask, bias, need_weights=False)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")), scale=Dh**-0.5, enable_gqa=n_kv_heads != H)
+    torch.testing.assert_close(fast, expected, atol=1e-5, rtol=1e-5)
+    assert torch.all(fast[1] == 0)

@@ -117,12 +117,16 @@ class _Rows:
         """The tokens generated so far by rows `index` (N,)."""
         return self.ys[index, self.start :].tolist()
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows `index` (R',), in that order (beam back-pointers; dropping finished rows)."""
+    def reorder(self, index: Tensor, same_sources: bool = False) -> None:
+        """Keep rows `index` (R',), in that order (beam back-pointers; dropping finished rows).
+
+        same_sources: every row keeps a row with the same source (beams moving within their sentence),
+        so the memory and the cross-attention caches stay as they are.
+        """
         self.ys = self.ys.index_select(0, index)
         if self.cache is not None:
-            self.cache.reorder(index)
-        if self.memory is not None and self.memory_mask is not None:
+            self.cache.reorder(index, cross=not same_sources)
+        if self.memory is not None and self.memory_mask is not None and not same_sources:
             self.memory = self.memory.index_select(0, index)
             self.memory_mask = self.memory_mask.index_select(0, index)
 
@@ -280,13 +284,15 @@ def beam_search(model: Model, src: Tensor, beam: int = 4, alpha: float = 0.6, nb
         scores, origin, tokens = top.gather(1, go_on), origin.gather(1, go_on), tokens.gather(1, go_on)
         can_win = scores[:, 0] / length_penalty(step + 1, alpha) > kth_best  # best alive, scored at this length
         alive = ((n_finished < beam) | can_win) & (step < limit[sentence])  # (Ba,)
+        same_sources = n == beam  # beams only move within their sentence (step 0 expands 1 row to `beam`)
         if not alive.all():
             keep = alive.nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
             sentence, n_finished, kth_best = sentence[keep], n_finished[keep], kth_best[keep]
             scores, origin, tokens = scores[keep], origin[keep], tokens[keep]
-        rows.reorder(origin.view(-1))
+            same_sources = False  # finished sentences leave the batch
+        rows.reorder(origin.view(-1), same_sources)
         rows.append(tokens.view(-1))
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in finished]
 

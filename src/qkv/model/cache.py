@@ -63,10 +63,17 @@ class KVCache:
         self._k, self._v = new_k, new_v
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` (B',) in that order: beam search's back-pointers, or dropping rows."""
-        if self._k is not None and self._v is not None:
-            self._k = self._k.index_select(0, index)
-            self._v = self._v.index_select(0, index)
+        """Keep batch rows `index` (B',) in that order: beam search's back-pointers, or dropping rows.
+        Only the filled part is copied; the spare capacity stays for the next appends."""
+        if self._k is None or self._v is None:
+            return
+        k, v = self.keys.index_select(0, index), self.values.index_select(0, index)  # (B', H_kv, L, Dh)
+        if self.length == self._k.size(2):  # static, or a full buffer
+            self._k, self._v = k, v
+        else:
+            self._k = self._k.new_empty(len(index), *self._k.shape[1:])
+            self._v = self._v.new_empty(len(index), *self._v.shape[1:])
+            self._k[:, :, : self.length], self._v[:, :, : self.length] = k, v
 
 
 class DecoderCache:
@@ -81,9 +88,13 @@ class DecoderCache:
         """Number of target positions already decoded (the position of the next token)."""
         return self.self_attn[0].length if self.self_attn else 0
 
-    def reorder(self, index: Tensor) -> None:
-        """Reorder every layer's cache along the batch: index (B',) LongTensor of rows to keep."""
-        for c in self.self_attn + (self.cross_attn or []):
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Reorder every layer's cache along the batch: index (B',) LongTensor of rows to keep.
+
+        cross=False leaves the cross-attention caches alone: right when `index` only moves rows among
+        rows that share their source (the beams of one sentence), whose memory keys/values are equal.
+        """
+        for c in self.self_attn + ((self.cross_attn or []) if cross else []):
             c.reorder(index)
 
     def layer(self, i: int) -> tuple[KVCache, KVCache | None]:
