@@ -101,7 +101,6 @@ class Decoder(Stack):
     def __init__(self, cfg: TransformerConfig, embedding: TokenEmbedding, cross_attention: bool = True) -> None:
         super().__init__(cfg, embedding, causal=True)
         self.layers = nn.ModuleList([DecoderLayer(cfg, cross_attention) for _ in range(cfg.n_decoder_layers)])
-        self.cross_attention = cross_attention
 
     def forward(self, tgt_ids: Tensor, memory: Tensor | None = None, memory_mask: Tensor | None = None,
                 cache: DecoderCache | None = None,
