@@ -140,8 +140,19 @@ class Trainer:
                 yield collate(pairs, tok.pad_id, tok.bos_id, tok.eos_id, indices).to(self.device)
 
     def train_step(self, batches: list[Batch]) -> tuple[float, float, int]:
-        """One optimizer update over accumulated batches; the loss is divided once by the total number of
-        target tokens across batches and devices. Returns (loss sum, nll sum, target tokens) on this rank."""
+        """One optimizer update over accumulated batches. Returns (loss sum, nll sum, target tokens) on this rank."""
+        sums = self.accumulate_gradients(batches)
+        if self.cfg.clip_norm > 0:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return sums
+
+    def accumulate_gradients(self, batches: list[Batch]) -> tuple[float, float, int]:
+        """Backward over the batches; the loss is divided once by the total number of target tokens across
+        batches and devices, so the gradient is that of the mean token loss of the whole group."""
         self.model.train()
         n_tokens = sum(b.n_tgt_tokens for b in batches)
         global_tokens = all_reduce_sum(n_tokens, self.env, self.device)
@@ -156,12 +167,6 @@ class Trainer:
             # DDP averages gradients over ranks, so scale by world size to get sum / global tokens
             (loss * (self.env.world_size / global_tokens)).backward()
             loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
-        if self.cfg.clip_norm > 0:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
         return loss_sum, nll_sum, n_tokens
 
     # --- validation ----------------------------------------------------------------------------
