@@ -20,25 +20,15 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
+from machine import cpu_model  # benchmarks/machine.py (the script's folder is on sys.path)
 from qkv import Transformer, TransformerConfig
 from qkv.decode import beam_search, greedy
-
-
-def cpu_model() -> str:
-    """The `Model name` line of lscpu (the processor's name), or platform.processor()."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor()
-    names = [line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")]
-    return names[0] if names else platform.processor()
 
 
 def decode_all(model: Transformer, src: torch.Tensor, beam: int, batch_size: int, new_tokens: int,

@@ -52,6 +52,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from machine import cpu_model  # benchmarks/machine.py (the script's folder is on sys.path)
+
 UNK, BOS, EOS = 1, 2, 3  # and pad = vocab - 1, where Marian has it (CTranslate2's converter drops that row)
 FIRST_WORD = 4  # sources and targets are drawn from FIRST_WORD .. vocab - 2
 CT2_THREADS = [("default", 1, 0), ("2x1", 2, 1), ("1x2", 1, 2)]  # (label, inter_threads, intra_threads)
@@ -458,16 +460,6 @@ def versions() -> dict[str, str]:
 
     return {"torch": torch.__version__, "transformers": transformers.__version__,
             "ctranslate2": ctranslate2.__version__, "python": platform.python_version()}
-
-
-def cpu_model() -> str:
-    """The `Model name` line of lscpu, or platform.processor()."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor()
-    names = [line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")]
-    return names[0] if names else platform.processor()
 
 
 # --- the run --------------------------------------------------------------------------------------------------------
