@@ -88,6 +88,10 @@ class Trainer:
         self.sampler = TokenBatchSampler([len(s) for s in self.data.train_src], [len(t) for t in self.data.train_tgt],
                                          cfg.max_tokens, shuffle=True, seed=cfg.seed, rank=self.env.rank,
                                          world_size=self.env.world_size)
+        # validation batches are the same every time: length-sorted, cut once (room for a max_len pair)
+        self.valid_batches = TokenBatchSampler(
+            [len(s) for s in self.data.valid_src], [len(t) for t in self.data.valid_tgt],
+            max(cfg.max_tokens, 2 * cfg.max_len + 4), shuffle=False).rank_batches(0)
         self.step, self.best_metric, self.best_step, self.bad_validations = 0, None, None, 0
         self.history: list[dict[str, Any]] = []
         if resume_from is not None:
@@ -175,10 +179,8 @@ class Trainer:
         """Loss, perplexity and (if configured) greedy-decoding sacreBLEU on the validation set."""
         self.model.eval()
         d, tok = self.data, self.data.tokenizer
-        sampler = TokenBatchSampler([len(s) for s in d.valid_src], [len(t) for t in d.valid_tgt],
-                                    max(self.cfg.max_tokens, 2 * self.cfg.max_len + 4), shuffle=False)
         loss_sum = nll_sum = n = 0.0
-        for indices in sampler.rank_batches(0):
+        for indices in self.valid_batches:
             batch = collate([(d.valid_src[i], d.valid_tgt[i]) for i in indices], tok.pad_id, tok.bos_id,
                             tok.eos_id, indices).to(self.device)
             with self.autocast:
