@@ -125,3 +125,15 @@ def test_bad_data_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "a.txt has 3 lines but" in capsys.readouterr().err
     assert main(["train", "--out", str(tmp_path / "run"), "--corpus", "synthetic", "--max_stepz", "3"]) == 2
     assert "max_stepz" in capsys.readouterr().err
+
+
+def test_log_rows_carry_their_step_when_validation_and_logging_differ(recipe: Recipe, tmp_path: Path) -> None:
+    """log.csv: a validation at a step that is not a logging step still writes its step and epoch."""
+    import csv
+
+    Trainer(recipe(max_steps=6, log_every=4, valid_every=3), tmp_path / "run").train()
+    with open(tmp_path / "run" / "log.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["step"] for r in rows] == ["3", "4", "6"]
+    assert [bool(r["valid_loss"]) for r in rows] == [True, False, True]
+    assert all(r["epoch"] != "" for r in rows)

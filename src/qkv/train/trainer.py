@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from ..allocator import keep_freed_memory
 from ..checkpoint import save_model_dir
 from ..data.batching import Batch, TokenBatchSampler, collate
 from ..model import Transformer
@@ -61,6 +62,8 @@ class Trainer:
         self.env, self.device = init_distributed(cfg.device)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         resume_from = list_checkpoints(self.out)[-1] if resume and list_checkpoints(self.out) else None
         if resume and resume_from is None:
             log.warning("--resume: no checkpoint in %s, starting from scratch", self.out)
@@ -240,6 +243,7 @@ class Trainer:
                                     tok_s=f"{row['tokens_per_s']:.0f}")
                     window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.perf_counter()}
                 if self.step % cfg.valid_every == 0 or self.step == cfg.max_steps:
+                    row = {"step": self.step, "epoch": self.sampler.epoch, **row}
                     stopped_early = self._checkpoint(row)
                 if row and main:
                     row["elapsed_s"] = time.perf_counter() - start
