@@ -77,6 +77,16 @@ def test_translate_input_file_nbest(model_dir: Path, tmp_path: Path, capsys: pyt
     assert "nbest=3" in capsys.readouterr().err
 
 
+def test_translate_quantize_int8(model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "in.txt").write_text("\n".join(EN[:3]) + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), "--quantize", "int8",
+                 *FAST]) == 0
+    expected = Translator.load(model_dir, quantize="int8").translate(EN[:3], beam=2, max_len_a=0.5, max_len_b=4)
+    assert capsys.readouterr().out.splitlines() == expected
+    with pytest.raises(ValueError, match="choose from"):
+        Translator.load(model_dir, quantize="int4")
+
+
 def test_translate_as_a_process_reads_and_writes_utf8(model_dir: Path) -> None:
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     env.pop("PYTHONIOENCODING", None)

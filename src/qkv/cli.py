@@ -97,7 +97,7 @@ def _translate_lines(args: argparse.Namespace, lines: list[str], **options: obje
 
     from .decode import Translator
 
-    translator = Translator.load(args.model, args.device, args.max_src_tokens)
+    translator = Translator.load(args.model, args.device, args.max_src_tokens, quantize=args.quantize)
     start = time.perf_counter()
     results = translator.translate_detailed(lines, beam=args.beam, alpha=args.alpha, batch_tokens=args.batch_tokens,
                                             max_len_a=args.max_len_a, max_len_b=args.max_len_b, **options)
@@ -171,6 +171,7 @@ def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-src-tokens", type=int, default=1024,
                    help="longer source lines are truncated, with a warning (learned positions: max_positions)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, ... (default: cpu)")
+    p.add_argument("--quantize", choices=["int8"], help="int8 dynamic quantization of the linear layers (CPU)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,9 +5,9 @@
     model = from_marian(MarianMTModel(marian_config))   # logits equal Marian's up to float rounding
 
 Marian is the paper's post-norm encoder-decoder, so every weight has a place in qkv: the q/k/v projections
-stack into `in_proj` ([W^Q; W^K; W^V]), fc1/fc2 are the feed-forward network, the three layer norms of a
-layer map one to one onto its `SublayerConnection`s, the embeddings are scaled by sqrt(d_model) and tied
-as the config says.
+stack into `in_proj` ([W^Q; W^K; W^V]; cross-attention: `q_proj` and `kv_proj` = [W^K; W^V]), fc1/fc2 are the
+feed-forward network, the three layer norms of a layer map one to one onto its `SublayerConnection`s, the
+embeddings are scaled by sqrt(d_model) and tied as the config says.
 
 One thing is laid out differently: the sinusoidal positions. Marian's table is
 [sin(pos f_0) .. sin(pos f_{h-1}) | cos(pos f_0) .. cos(pos f_{h-1})], qkv's interleaves the two
@@ -114,12 +114,16 @@ def _copy_norm(dst: nn.Module, src: nn.LayerNorm, perm: Tensor) -> None:
 
 
 def _copy_attention(dst: MultiHeadedAttention, src: nn.Module, perm: Tensor) -> None:
-    """q/k/v (D, D) each -> in_proj (3D, D) reading permuted features; out_proj writes permuted features."""
+    """q/k/v (D, D) each -> in_proj (3D, D), or q_proj + kv_proj for cross-attention, reading permuted
+    features; out_proj writes permuted features."""
     projections = (src.q_proj, src.k_proj, src.v_proj)
     if any(p.bias is None for p in (*projections, src.out_proj)):
         raise ValueError("qkv's config has one `bias` switch; this Marian attention lacks some biases")
-    dst.in_proj.weight.copy_(torch.cat([p.weight for p in projections])[:, perm])
-    dst.in_proj.bias.copy_(torch.cat([p.bias for p in projections]))
+    groups = [(dst.q_proj, projections[:1]), (dst.kv_proj, projections[1:])] if dst.cross else \
+        [(dst.in_proj, projections)]
+    for linear, parts in groups:
+        linear.weight.copy_(torch.cat([p.weight for p in parts])[:, perm])
+        linear.bias.copy_(torch.cat([p.bias for p in parts]))
     dst.out_proj.weight.copy_(src.out_proj.weight[perm])
     dst.out_proj.bias.copy_(src.out_proj.bias[perm])
 

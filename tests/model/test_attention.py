@@ -47,8 +47,9 @@ def test_scaled_dot_product_matches_float64_hand_computation() -> None:
 def copy_to_torch_mha(ours: MultiHeadedAttention) -> nn.MultiheadAttention:
     ref = nn.MultiheadAttention(D, H, batch_first=True)
     with torch.no_grad():
-        ref.in_proj_weight.copy_(ours.in_proj.weight)
-        ref.in_proj_bias.copy_(ours.in_proj.bias)
+        weight, bias = ours.projection()  # [W^Q; W^K; W^V] from in_proj, or from q_proj + kv_proj
+        ref.in_proj_weight.copy_(weight)
+        ref.in_proj_bias.copy_(bias)
         ref.out_proj.weight.copy_(ours.out_proj.weight)
         ref.out_proj.bias.copy_(ours.out_proj.bias)
     return ref.eval()
@@ -57,7 +58,7 @@ def copy_to_torch_mha(ours: MultiHeadedAttention) -> nn.MultiheadAttention:
 @pytest.mark.parametrize("cross", [False, True])
 @pytest.mark.parametrize("with_padding", [False, True])
 def test_multi_head_attention_equals_torch(cross: bool, with_padding: bool) -> None:
-    ours = MultiHeadedAttention(D, H).eval()
+    ours = MultiHeadedAttention(D, H, cross=cross).eval()
     ref = copy_to_torch_mha(ours)
     x = torch.randn(B, T, D)
     mem = torch.randn(B, S, D) if cross else x
@@ -77,11 +78,12 @@ def test_multi_head_attention_equals_torch(cross: bool, with_padding: bool) -> N
 @pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
 def test_per_head_reference_equals_fused(n_kv_heads: int) -> None:
     ours = MultiHeadedAttention(D, H, n_kv_heads=n_kv_heads).eval()
+    cross = MultiHeadedAttention(D, H, n_kv_heads=n_kv_heads, cross=True).eval()
     x, mem = torch.randn(B, T, D), torch.randn(B, S, D)
     ids = torch.ones(B, S, dtype=torch.long)
     ids[1, 3:] = 0
     mask = padding_mask(ids, 0)
-    torch.testing.assert_close(ours(x, mem, mask=mask)[0], per_head_attention(ours, x, mem, mask), atol=1e-5,
+    torch.testing.assert_close(cross(x, mem, mask=mask)[0], per_head_attention(cross, x, mem, mask), atol=1e-5,
                                rtol=1e-5)
     torch.testing.assert_close(ours(x)[0], per_head_attention(ours, x), atol=1e-5, rtol=1e-5)
 
@@ -175,3 +177,11 @@ def test_single_query_fast_path_equals_fused_kernel(n_kv_heads: int) -> None:
         q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")), scale=Dh**-0.5, enable_gqa=n_kv_heads != H)
     torch.testing.assert_close(fast, expected, atol=1e-5, rtol=1e-5)
     assert torch.all(fast[1] == 0)
+
+
+def test_self_and_cross_attention_refuse_the_other_call() -> None:
+    x, mem = torch.randn(B, T, D), torch.randn(B, S, D)
+    with pytest.raises(ValueError, match="cross=True"):
+        MultiHeadedAttention(D, H)(x, mem)
+    with pytest.raises(ValueError, match="pass memory"):
+        MultiHeadedAttention(D, H, cross=True)(x)

@@ -31,6 +31,9 @@ def copy_into_torch_transformer(model: Transformer) -> nn.Transformer:
     ref = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.d_ff,
                          dropout=0.0, batch_first=True, norm_first=cfg.norm_first)
     ours = model.state_dict()
+    for i, layer in enumerate(model.decoder.layers):  # cross-attention keeps q_proj and kv_proj apart
+        ours[f"decoder.layers.{i}.cross_attn.in_proj.weight"], ours[f"decoder.layers.{i}.cross_attn.in_proj.bias"] = \
+            layer.cross_attn.projection()
     mapping = {"self_attn.in_proj_weight": "self_attn.in_proj.weight",
                "self_attn.in_proj_bias": "self_attn.in_proj.bias",
                "multihead_attn.in_proj_weight": "cross_attn.in_proj.weight",

@@ -26,6 +26,7 @@ from ..checkpoint import load_model_dir
 from ..data.batching import cut_into_batches, pad_sequences
 from ..data.tokenizer import SubwordTokenizer
 from ..model import Transformer
+from .quantize import QUANTIZATIONS, quantize_int8
 from .search import DEFAULT_MAX_LEN_B, Hypothesis, beam_search, cross_attention, greedy, sample
 
 DEFAULT_MAX_SRC_TOKENS = 1024
@@ -67,11 +68,16 @@ class Translator:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: str | torch.device = "cpu",
-             max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS) -> Translator:
-        """Load a model directory written by `save_model_dir` (weights, config and tokenizer)."""
+             max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS, quantize: str | None = None) -> Translator:
+        """Load a model directory written by `save_model_dir` (weights, config and tokenizer).
+        quantize="int8": int8 dynamic quantization of the linear layers, for the CPU (`decode.quantize`)."""
         model = load_model_dir(directory, device)
         if not isinstance(model, Transformer):
             raise ValueError(f"{directory} holds a {type(model).__name__}; translation needs a Transformer")
+        if quantize is not None:
+            if quantize not in QUANTIZATIONS:
+                raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
+            model = quantize_int8(model)
         return cls(model, SubwordTokenizer.load(directory), max_src_tokens)
 
     @property

@@ -113,21 +113,28 @@ def make_score(kind: str, n_heads: int, d_head: int) -> nn.Module:
 class MultiHeadedAttention(nn.Module):
     """Multi-head attention with fused projections and heads split by reshape.
 
-    `in_proj` stacks [W^Q; W^K; W^V] (the layout of `nn.MultiheadAttention.in_proj_weight`): one matmul
-    for self-attention; for cross-attention the query rows project the target and the key/value rows
-    project the memory. With n_kv_heads < n_heads, groups of query heads share a key/value head
-    (grouped-query attention; n_kv_heads = 1 is multi-query attention).
+    Self-attention: `in_proj` stacks [W^Q; W^K; W^V] (the layout of `nn.MultiheadAttention.in_proj_weight`),
+    one matmul for all three. Cross-attention (`cross=True`) reads two inputs, so it has `q_proj` (W^Q, for
+    the target) and `kv_proj` ([W^K; W^V], for the memory, computed once per source when decoding). Every
+    projection is a plain `nn.Linear` module, so module-level tools (dynamic int8 quantization) apply.
+    With n_kv_heads < n_heads, groups of query heads share a key/value head (grouped-query attention;
+    n_kv_heads = 1 is multi-query attention).
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, dropout: float = 0.0,
-                 bias: bool = True, score: str = "scaled_dot", temperature: float = 1.0) -> None:
+                 bias: bool = True, score: str = "scaled_dot", temperature: float = 1.0, cross: bool = False) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if d_model % n_heads or n_heads % n_kv_heads:
             raise ValueError(f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads} do not divide")
         self.n_heads, self.n_kv_heads, self.d_head = n_heads, n_kv_heads, d_model // n_heads
         self.q_dim, self.kv_dim = d_model, n_kv_heads * self.d_head
-        self.in_proj = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)
+        self.cross = cross
+        if cross:
+            self.q_proj = nn.Linear(d_model, self.q_dim, bias=bias)
+            self.kv_proj = nn.Linear(d_model, 2 * self.kv_dim, bias=bias)
+        else:
+            self.in_proj = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = make_score(score, n_heads, self.d_head)
         self.temperature = temperature
@@ -143,14 +150,20 @@ class MultiHeadedAttention(nn.Module):
         return self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
 
     def project_query(self, query: Tensor) -> Tensor:
-        b = None if self.in_proj.bias is None else self.in_proj.bias[: self.q_dim]
-        return F.linear(query, self.in_proj.weight[: self.q_dim], b)  # (B, T, D)
+        """Cross-attention queries: query (B, T, D) -> (B, H, T, Dh)."""
+        return self._heads(self.q_proj(query), self.n_heads)
 
     def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of the memory (B, S, D) -> 2 x (B, H_kv, S, Dh). Cached once per source."""
-        b = None if self.in_proj.bias is None else self.in_proj.bias[self.q_dim :]
-        k, v = F.linear(memory, self.in_proj.weight[self.q_dim :], b).chunk(2, dim=-1)
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)
         return self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+
+    def projection(self) -> tuple[Tensor, Tensor | None]:
+        """[W^Q; W^K; W^V] (D + 2 D_kv, D) and its bias, whichever layout holds them."""
+        if not self.cross:
+            return self.in_proj.weight, self.in_proj.bias
+        bias = None if self.q_proj.bias is None else torch.cat([self.q_proj.bias, self.kv_proj.bias])
+        return torch.cat([self.q_proj.weight, self.kv_proj.weight]), bias
 
     def forward(self, query: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
                 bias: Tensor | None = None, rotary: tuple[Tensor, Tensor] | None = None,
@@ -163,6 +176,9 @@ class MultiHeadedAttention(nn.Module):
         Returns the output (B, T, D) and, if need_weights, the weights (B, H, T, S).
         """
         B, T, _ = query.shape
+        if (memory is not None) != self.cross:
+            raise ValueError("this attention was built for " + ("cross-attention: pass memory" if self.cross else
+                             "self-attention: build it with cross=True to attend to a memory"))
         if memory is None:  # self-attention
             q, k, v = self.project_self(query)
             if rotary is not None:
@@ -170,7 +186,7 @@ class MultiHeadedAttention(nn.Module):
             if cache is not None:
                 k, v = cache.append(k, v)
         else:  # cross-attention: the memory's keys/values are computed once per source when cached
-            q = self._heads(self.project_query(query), self.n_heads)
+            q = self.project_query(query)
             if cache is None or cache.empty:
                 k, v = self.project_memory(memory)
                 if cache is not None:
@@ -227,7 +243,7 @@ def per_head_attention(mha: MultiHeadedAttention, query: Tensor, memory: Tensor 
     """
     memory = query if memory is None else memory
     d, Dh, group = mha.q_dim, mha.d_head, mha.n_heads // mha.n_kv_heads
-    W, b = mha.in_proj.weight, mha.in_proj.bias
+    W, b = mha.projection()
     if b is None:
         b = torch.zeros(W.size(0), dtype=W.dtype, device=W.device)
     heads = []

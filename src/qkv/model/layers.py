@@ -66,9 +66,9 @@ class SublayerConnection(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-def _attention(cfg: TransformerConfig) -> MultiHeadedAttention:
+def _attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadedAttention:
     return MultiHeadedAttention(cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.attention_dropout, cfg.bias,
-                                cfg.attention, cfg.attention_temperature)
+                                cfg.attention, cfg.attention_temperature, cross=cross)
 
 
 def _sublayer(cfg: TransformerConfig) -> SublayerConnection:
@@ -103,7 +103,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig, cross_attention: bool = True) -> None:
         super().__init__()
         self.self_attn = _attention(cfg)
-        self.cross_attn = _attention(cfg) if cross_attention else None
+        self.cross_attn = _attention(cfg, cross=True) if cross_attention else None
         self.feed_forward = _feed_forward(cfg)
         self.sublayer = nn.ModuleList([_sublayer(cfg) for _ in range(3 if cross_attention else 2)])
 

@@ -1,0 +1,119 @@
+"""Train, average, decode and score one of the documented quality results (docs/results.md), resumably.
+
+    python benchmarks/quality.py multi30k-en-de --data-dir ../shared/data          # ~2 h on 2 CPU cores
+    python benchmarks/quality.py multi30k-en-de --data-dir ../shared/data          # again: resumes the run
+    python benchmarks/quality.py --plot docs/results/curves.png runs/quality/*/log.csv
+
+Each result is a recipe in configs/ plus its evaluation: `qkv train` (with --resume when the run exists; a
+killed run continues exactly), `qkv average` of the last checkpoints, `qkv evaluate` on the test split with
+beam search (Multi30k: tokenized lowercase BLEU against the official references, plus cased sacreBLEU and
+chrF; Tatoeba: sacreBLEU, with the `zh` tokenizer into Chinese). Checkpoints are chosen by the validation
+split only. Writes RUN/result.json and RUN-avg/test.hyp and prints 10 sample translations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+# name -> (recipe, overrides, corpus, pair, checkpoints averaged, beam)
+RESULTS: dict[str, tuple[str, list[str], str, str, int, int]] = {
+    "multi30k-en-de": ("configs/multi30k-small.yaml", [], "multi30k", "en-de", 5, 5),
+    "multi30k-de-en": ("configs/multi30k-small.yaml", ["--src_lang", "de", "--tgt_lang", "en"], "multi30k",
+                       "de-en", 5, 5),
+    "tatoeba-zh-en": ("configs/tatoeba-zh-en.yaml", [], "tatoeba-zh-en", "zh-en", 5, 5),
+    "tatoeba-en-zh": ("configs/tatoeba-zh-en.yaml", ["--src_lang", "en", "--tgt_lang", "zh"], "tatoeba-zh-en",
+                      "en-zh", 5, 5),
+}
+
+
+def qkv(*args: str, capture: bool = False) -> str:
+    cmd = [sys.executable, "-m", "qkv.cli", *args]
+    print("+ qkv " + " ".join(args), flush=True)
+    res = subprocess.run(cmd, check=True, text=True, capture_output=capture)
+    return (res.stdout + res.stderr) if capture else ""
+
+
+def parse_scores(text: str) -> dict[str, float]:
+    """sacreBLEU lines printed by `qkv evaluate` -> {"bleu", "chrf", "tok_bleu"}."""
+    scores = {}
+    for line in text.splitlines():
+        m = re.match(r"(BLEU|chrF2?)\|.*?= ([\d.]+)", line)
+        if m:
+            scores["chrf" if m[1].startswith("chrF") else "tok_bleu" if "lowercased" in line else "bleu"] = float(m[2])
+    return scores
+
+
+def run_result(name: str, data_dir: str, runs: Path, extra: list[str]) -> dict:
+    config, overrides, corpus, pair, last, beam = RESULTS[name]
+    run, avg = runs / name, runs / f"{name}-avg"
+    resume = ["--resume"] if (run / "checkpoints").is_dir() else []
+    qkv("train", config, "--out", str(run), "--data_dir", data_dir, *overrides, *extra, *resume)
+    qkv("average", "--model", str(run), "--last", str(last), "--out", str(avg))
+    hyp_file = avg / "test.hyp"
+    text = qkv("evaluate", "--model", str(avg), "--corpus", corpus, "--pair", pair, "--beam", str(beam),
+               "--data-dir", data_dir, "--output", str(hyp_file), capture=True)
+    print(text)
+    with open(run / "log.csv", newline="") as f:
+        log = list(csv.DictReader(f))
+    result = {"result": name, "config": config, "overrides": overrides + extra, "pair": pair,
+              "averaged": last, "beam": beam, "steps": int(log[-1]["step"]),
+              "train_hours": float(log[-1]["elapsed_s"]) / 3600, **parse_scores(text)}
+    (run / "result.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result))
+    return result
+
+
+def plot(png: str, logs: list[str]) -> None:
+    """Validation BLEU (greedy, sacreBLEU) and losses against updates, one line per log.csv (its folder or file
+    name is the label)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_bleu, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
+    for path in logs:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        label = Path(path).stem if Path(path).stem != "log" else Path(path).parent.name
+        valid = [r for r in rows if r["valid_bleu"]]
+        ax_bleu.plot([int(r["step"]) for r in valid], [float(r["valid_bleu"]) for r in valid],
+                     marker=".", label=label)
+        train = [r for r in rows if r["train_loss"]]
+        ax_loss.plot([int(r["step"]) for r in train], [float(r["train_loss"]) for r in train], label=f"{label} train")
+        ax_loss.plot([int(r["step"]) for r in valid], [float(r["valid_loss"]) for r in valid], "--",
+                     label=f"{label} valid")
+    ax_bleu.set(xlabel="update", ylabel="validation BLEU (greedy, sacreBLEU)")
+    ax_loss.set(xlabel="update", ylabel="label-smoothed loss per token")
+    for ax in (ax_bleu, ax_loss):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("result", nargs="?", choices=sorted(RESULTS))
+    p.add_argument("--data-dir", default="../shared/data")
+    p.add_argument("--runs", default="runs/quality", help="where the runs live (default: runs/quality)")
+    p.add_argument("--plot", nargs="+", metavar=("PNG", "LOG_CSV"), help="plot learning curves and exit")
+    args, extra = p.parse_known_args()  # extra --key value pairs go to `qkv train`
+    if args.plot:
+        plot(args.plot[0], args.plot[1:])
+        return 0
+    if args.result is None:
+        p.error("name a result: " + ", ".join(sorted(RESULTS)))
+    run_result(args.result, args.data_dir, Path(args.runs), extra)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
