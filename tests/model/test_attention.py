@@ -185,3 +185,15 @@ def test_self_and_cross_attention_refuse_the_other_call() -> None:
         MultiHeadedAttention(D, H)(x, mem)
     with pytest.raises(ValueError, match="pass memory"):
         MultiHeadedAttention(D, H, cross=True)(x)
+
+
+def test_fused_cross_attention_weights_of_older_checkpoints_still_load() -> None:
+    """Cross-attention once kept [W^Q; W^K; W^V] in one `in_proj`; such state dicts load into q_proj + kv_proj."""
+    cross = MultiHeadedAttention(D, H, n_kv_heads=2, cross=True).eval()
+    weight, bias = cross.projection()
+    old = {"in_proj.weight": weight.clone(), "in_proj.bias": bias.clone(),
+           **{k: v for k, v in cross.state_dict().items() if k.startswith("out_proj")}}
+    loaded = MultiHeadedAttention(D, H, n_kv_heads=2, cross=True).eval()
+    loaded.load_state_dict(old)  # strict: every key placed, none missing
+    x, mem = torch.randn(B, T, D), torch.randn(B, S, D)
+    torch.testing.assert_close(loaded(x, mem)[0], cross(x, mem)[0])

@@ -15,6 +15,7 @@ attention weights are requested; the other scores and the weights use the explic
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -139,6 +140,16 @@ class MultiHeadedAttention(nn.Module):
         self.score = make_score(score, n_heads, self.d_head)
         self.temperature = temperature
         self.dropout = nn.Dropout(dropout)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        """Weights saved when cross-attention kept one fused `in_proj` load into q_proj + kv_proj."""
+        if self.cross:
+            for name in ("weight", "bias"):
+                fused = state_dict.pop(f"{prefix}in_proj.{name}", None)
+                if fused is not None:
+                    q, kv = fused.split([self.q_dim, 2 * self.kv_dim])
+                    state_dict[f"{prefix}q_proj.{name}"], state_dict[f"{prefix}kv_proj.{name}"] = q, kv
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _heads(self, x: Tensor, n: int) -> Tensor:
         B, T, _ = x.shape
