@@ -83,12 +83,13 @@ def plot(png: str, logs: list[str]) -> None:
             rows = list(csv.DictReader(f))
         label = Path(path).stem if Path(path).stem != "log" else Path(path).parent.name
         valid = [r for r in rows if r["valid_bleu"]]
-        ax_bleu.plot([int(r["step"]) for r in valid], [float(r["valid_bleu"]) for r in valid],
-                     marker=".", label=label)
+        (line,) = ax_bleu.plot([int(r["step"]) for r in valid], [float(r["valid_bleu"]) for r in valid],
+                               marker=".", label=label)
         train = [r for r in rows if r["train_loss"]]
-        ax_loss.plot([int(r["step"]) for r in train], [float(r["train_loss"]) for r in train], label=f"{label} train")
+        ax_loss.plot([int(r["step"]) for r in train], [float(r["train_loss"]) for r in train], color=line.get_color(),
+                     label=f"{label} train")
         ax_loss.plot([int(r["step"]) for r in valid], [float(r["valid_loss"]) for r in valid], "--",
-                     label=f"{label} valid")
+                     color=line.get_color(), label=f"{label} valid")
     ax_bleu.set(xlabel="update", ylabel="validation BLEU (greedy, sacreBLEU)")
     ax_loss.set(xlabel="update", ylabel="label-smoothed loss per token")
     for ax in (ax_bleu, ax_loss):

@@ -119,13 +119,16 @@ def load_sources(work: Path, n: int) -> list[list[int]]:
 Translate = Callable[[list[list[int]], int], list[list[int]]]  # (sources, batch size) -> ids without eos
 
 
-def qkv_engine(work: Path, beam: int, min_len: int, max_len: int) -> Translate:
+def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str | None = None) -> Translate:
     import torch
 
     from qkv.checkpoint import load_model_dir
     from qkv.decode import beam_search, greedy
+    from qkv.decode.quantize import quantize_int8
 
     model = load_model_dir(work / "qkv")
+    if quantize == "int8":
+        model = quantize_int8(model)
 
     def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
         out = []
@@ -192,7 +195,7 @@ def import_engine(engine: str) -> None:
 def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) -> Translate:
     """The engine a worker spec names: "qkv", "hf" or "ct2" (with compute_type, inter, intra)."""
     if spec["engine"] == "qkv":
-        return qkv_engine(work, spec["beam"], min_len, max_len)
+        return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"))
     if spec["engine"] == "hf":
         return hf_engine(work, spec["beam"], min_len, max_len)
     return ct2_engine(work, spec["beam"], min_len, max_len, spec["vocab"], spec["compute_type"], spec["inter"],
@@ -412,13 +415,16 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
 def engine_name(r: dict[str, Any]) -> str:
     if r["engine"] == "ct2":
         return f"CT2 {r['compute_type']} {r['threads_label']}"
+    if r["engine"] == "qkv" and r.get("quantize"):
+        return f"qkv {r['quantize']}"
     return {"qkv": "qkv", "hf": "HF transformers"}[r["engine"]]
 
 
 def decode_table(rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
-        base = next(q for q in rows if q["engine"] == "qkv" and q["beam"] == r["beam"] and q["batch"] == r["batch"])
+        base = next(q for q in rows if q["engine"] == "qkv" and not q.get("quantize") and q["beam"] == r["beam"]
+                    and q["batch"] == r["batch"])
         out.append(["greedy" if r["beam"] == 1 else f"beam {r['beam']}", str(r["batch"]), engine_name(r),
                     f"{r['tokens_per_second']:.0f}", f"{r['best_tokens_per_second']:.0f}",
                     f"{r['sentences_per_second']:.2f}", f"{r['peak_rss_mb']:.0f} ({r['imports_rss_mb']:.0f})",
@@ -503,7 +509,8 @@ def main() -> None:
             for batch, n in ((1, args.batch1_sentences), (32, args.batch32_sentences)):
                 setting = {**common, "task": "decode", "beam": beam, "batch": batch, "sentences": n,
                            "new_tokens": args.new_tokens}
-                decode_specs += [{**setting, "engine": "qkv"}, {**setting, "engine": "hf"}]
+                decode_specs += [{**setting, "engine": "qkv"}, {**setting, "engine": "qkv", "quantize": "int8"},
+                                 {**setting, "engine": "hf"}]
                 decode_specs += [{**setting, "engine": "ct2", "compute_type": ct, "threads_label": label,
                                   "inter": inter, "intra": intra}
                                  for ct in ("float32", "int8") for label, inter, intra in CT2_THREADS]
