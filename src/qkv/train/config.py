@@ -123,7 +123,7 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
         key = args[i]
         if not key.startswith("--") or len(key) == 2:
             raise ValueError(f"expected --key value, got {key!r}")
-        key = key[2:].replace("-", "_")
+        key = key[2:]
         if "=" in key:
             key, raw = key.split("=", 1)
             i += 1
@@ -131,12 +131,24 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
             raw, i = args[i + 1], i + 2
         else:
             raw, i = "true", i + 1  # a bare flag
-        value = yaml.safe_load(raw)
+        key = key.replace("-", "_")  # --data-dir == --data_dir (the value keeps its dashes: --lr=2e-3)
+        value = _parse_value(raw)
         if key.startswith("model."):
             out.setdefault("model", {})[key[len("model."):]] = value
         else:
             out[key] = value
     return out
+
+
+def _parse_value(raw: str) -> Any:
+    """A command-line value as YAML reads it, except that numbers like 2e-3 (strings to YAML 1.1) are floats."""
+    value = yaml.safe_load(raw)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def load_train_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
