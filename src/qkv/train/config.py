@@ -71,7 +71,8 @@ class TrainConfig:
     seed: int = 1234
     device: str = "auto"  # "auto": cuda if available, else cpu
     threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
-    amp: bool = True  # bf16 autocast on CUDA (CPU always trains in fp32)
+    amp: bool = True  # bf16 autocast on CUDA
+    cpu_bf16: bool = False  # bf16 autocast on the CPU too (pays with AVX512-BF16 or AMX; weights stay fp32)
 
     def __post_init__(self) -> None:
         self.adam_betas = tuple(self.adam_betas)  # type: ignore[assignment]

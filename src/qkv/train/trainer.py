@@ -101,8 +101,8 @@ class Trainer:
             self._restore(resume_from)  # model, optimizer, RNG, data position, schedule
         else:
             torch.manual_seed(cfg.seed + self.env.rank)  # each rank its own dropout stream
-        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cfg.amp and self.device.type == "cuda"
-                         else contextlib.nullcontext())
+        bf16 = cfg.amp if self.device.type == "cuda" else cfg.cpu_bf16 and self.device.type == "cpu"
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
     # --- checkpoints ---------------------------------------------------------------------------
     def _trainer_state(self) -> dict[str, Any]:
