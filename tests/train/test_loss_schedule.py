@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from qkv.train.loss import label_smoothed_loss
+from qkv.train.loss import label_smoothed_loss, label_smoothed_loss_from_hidden
 from qkv.train.schedule import lr_multiplier, paper_peak_lr
 
 
@@ -45,3 +45,26 @@ def test_constant_schedule_warms_up_linearly() -> None:
     assert lr_multiplier("inverse_sqrt", 100)(399) == pytest.approx(math.sqrt(100 / 400))
     with pytest.raises(ValueError, match="unknown schedule"):
         lr_multiplier("cosine", 10)
+
+
+@pytest.mark.parametrize("chunk_tokens", [None, 3, 100])
+def test_loss_from_hidden_states_equals_loss_from_logits(chunk_tokens: int | None) -> None:
+    """Dropping pads before the projection, in chunks recomputed in backward: same loss, same gradients."""
+    torch.manual_seed(0)
+    generator = torch.nn.Linear(8, 11, bias=False)
+    hidden = torch.randn(3, 5, 8, requires_grad=True)
+    target = torch.randint(1, 11, (3, 5))
+    target[0, 3:] = 0
+    target[2, 1:] = 0
+    loss, nll = label_smoothed_loss(generator(hidden), target, pad_id=0, epsilon=0.1)
+    loss.backward()
+    grads = hidden.grad.clone(), generator.weight.grad.clone()
+    hidden.grad, generator.weight.grad = None, None
+    loss2, nll2 = label_smoothed_loss_from_hidden(hidden, generator, target, pad_id=0, epsilon=0.1,
+                                                  chunk_tokens=chunk_tokens)
+    loss2.backward()
+    torch.testing.assert_close(loss2, loss)
+    torch.testing.assert_close(nll2, nll)
+    torch.testing.assert_close(hidden.grad, grads[0])
+    torch.testing.assert_close(generator.weight.grad, grads[1])
+    assert torch.all(hidden.grad[0, 3:] == 0)  # pad positions get no gradient

@@ -147,9 +147,13 @@ class Transformer(nn.Module):
         if cfg.tie_output:
             self.generator.weight = tgt_embedding.weight
 
-    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
+    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor, project: bool = True) -> Tensor:
+        """-> logits (B, T, V); project=False: the decoder's output (B, T, D) before `generator` (a training
+        loss can then project the real tokens only, in chunks)."""
         src_mask = padding_mask(src_ids, self.config.pad_id)
         memory = self.encode(src_ids, src_mask)
+        if not project:
+            return self.decoder(tgt_in_ids, memory, src_mask)[0]
         return self.decode(tgt_in_ids, memory, src_mask)
 
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:

@@ -55,6 +55,7 @@ class TrainConfig:
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
+    loss_chunk_tokens: int | None = None  # output projection + loss this many tokens at a time (less memory)
     clip_norm: float = 0.0  # 0: no clipping
     max_steps: int = 100_000
     max_epochs: int | None = None

@@ -29,7 +29,7 @@ from ..model import Transformer
 from .config import TrainConfig
 from .data import EncodedData, prepare_data
 from .distributed import all_reduce_sum, barrier, cleanup, gather_rng_states, init_distributed
-from .loss import label_smoothed_loss
+from .loss import label_smoothed_loss, label_smoothed_loss_from_hidden
 from .schedule import lr_multiplier, paper_peak_lr
 from .state import list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint
 
@@ -168,9 +168,10 @@ class Trainer:
         for i, batch in enumerate(batches):
             sync = self.ddp is None or i == len(batches) - 1
             with (contextlib.nullcontext() if sync else self.ddp.no_sync()), self.autocast:  # type: ignore[union-attr]
-                logits = runner(batch.src, batch.tgt[:, :-1])  # (B, T, V)
-                loss, nll = label_smoothed_loss(logits, batch.tgt[:, 1:], self.model_cfg.pad_id,
-                                                self.cfg.label_smoothing)
+                hidden = runner(batch.src, batch.tgt[:, :-1], project=False)  # (B, T, D)
+                loss, nll = label_smoothed_loss_from_hidden(hidden, self.model.generator, batch.tgt[:, 1:],
+                                                            self.model_cfg.pad_id, self.cfg.label_smoothing,
+                                                            self.cfg.loss_chunk_tokens)
             # DDP averages gradients over ranks, so scale by world size to get sum / global tokens
             (loss * (self.env.world_size / global_tokens)).backward()
             loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
