@@ -63,10 +63,24 @@ def run_result(name: str, data_dir: str, runs: Path, extra: list[str]) -> dict:
         log = list(csv.DictReader(f))
     result = {"result": name, "config": config, "overrides": overrides + extra, "pair": pair,
               "averaged": last, "beam": beam, "steps": int(log[-1]["step"]),
-              "train_hours": float(log[-1]["elapsed_s"]) / 3600, **parse_scores(text)}
+              "train_hours": float(log[-1]["elapsed_s"]) / 3600, **parse_scores(text),
+              "samples": samples(corpus, pair, data_dir, hyp_file)}
+    for s in result["samples"]:
+        print(f"SRC {s['source']}\nREF {s['reference']}\nHYP {s['translation']}\n")
     (run / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
     return result
+
+
+def samples(corpus: str, pair: str, data_dir: str, hyp_file: Path, n: int = 10) -> list[dict[str, str]]:
+    """The first n test sentences: source, reference, translation."""
+    from qkv.data.corpus import read_lines
+    from qkv.data.named import get_corpus, named_paths
+
+    src_lang, tgt_lang = pair.split("-")
+    src, ref = named_paths(corpus, get_corpus(corpus).splits[-1], src_lang, tgt_lang, data_dir)
+    rows = list(zip(read_lines(src), read_lines(ref), read_lines(hyp_file), strict=True))[:n]
+    return [{"source": a, "reference": b, "translation": c} for a, b, c in rows]
 
 
 def plot(png: str, logs: list[str]) -> None:
