@@ -49,11 +49,12 @@ def parse_scores(text: str) -> dict[str, float]:
     return scores
 
 
-def run_result(name: str, data_dir: str, runs: Path, extra: list[str]) -> dict:
+def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bool = True) -> dict:
     config, overrides, corpus, pair, last, beam = RESULTS[name]
     run, avg = runs / name, runs / f"{name}-avg"
-    resume = ["--resume"] if (run / "checkpoints").is_dir() else []
-    qkv("train", config, "--out", str(run), "--data_dir", data_dir, *overrides, *extra, *resume)
+    if train:
+        resume = ["--resume"] if (run / "checkpoints").is_dir() else []
+        qkv("train", config, "--out", str(run), "--data_dir", data_dir, *overrides, *extra, *resume)
     qkv("average", "--model", str(run), "--last", str(last), "--out", str(avg))
     hyp_file = avg / "test.hyp"
     text = qkv("evaluate", "--model", str(avg), "--corpus", corpus, "--pair", pair, "--beam", str(beam),
@@ -120,13 +121,14 @@ def main() -> int:
     p.add_argument("--data-dir", default="../shared/data")
     p.add_argument("--runs", default="runs/quality", help="where the runs live (default: runs/quality)")
     p.add_argument("--plot", nargs="+", metavar=("PNG", "LOG_CSV"), help="plot learning curves and exit")
+    p.add_argument("--no-train", action="store_true", help="average and evaluate the run as it is")
     args, extra = p.parse_known_args()  # extra --key value pairs go to `qkv train`
     if args.plot:
         plot(args.plot[0], args.plot[1:])
         return 0
     if args.result is None:
         p.error("name a result: " + ", ".join(sorted(RESULTS)))
-    run_result(args.result, args.data_dir, Path(args.runs), extra)
+    run_result(args.result, args.data_dir, Path(args.runs), extra, train=not args.no_train)
     return 0
 
 
