@@ -130,7 +130,7 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
 
     model = load_model_dir(work / "qkv")
     if quantize == "int8":
-        model = quantize_int8(model)
+        model = quantize_int8(model, inplace=True)
 
     def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
         out = []

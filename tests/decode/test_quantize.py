@@ -23,6 +23,7 @@ def test_every_linear_becomes_int8_and_the_float_model_is_left_alone() -> None:
     assert not any(type(m) is nn.Linear for m in quantized.modules())
     assert sum(type(m) is nn.Linear for m in model.modules()) == n_linear
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert quantize_int8(model, inplace=True) is model and not any(type(m) is nn.Linear for m in model.modules())
 
 
 def test_int8_logits_are_close_and_cached_decoding_equals_recomputation() -> None:

@@ -19,16 +19,19 @@ from torch import nn
 QUANTIZATIONS = ("int8",)
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
-    """An int8 copy of `model` for CPU inference (the original is left as it is). Tied weights are untied:
-    the quantized output projection no longer shares the embedding matrix."""
+def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
+    """An int8 copy of `model` for CPU inference (the original is left as it is, unless `inplace`: then its
+    linear layers are swapped, which saves holding a float copy). Tied weights are untied: the quantized
+    output projection no longer shares the embedding matrix."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise ValueError("int8 dynamic quantization runs on the CPU; load the model with device='cpu'")
     if "fbgemm" in torch.backends.quantized.supported_engines:
         torch.backends.quantized.engine = "fbgemm"  # x86; elsewhere torch keeps its default (qnnpack on ARM)
-    model = copy.deepcopy(model).eval()
-    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+    model = (model if inplace else copy.deepcopy(model)).eval()
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao (and away from qint8)
         warnings.simplefilter("ignore", DeprecationWarning)
-        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*", category=UserWarning)
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8,
+                                inplace=inplace)

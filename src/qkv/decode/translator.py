@@ -77,7 +77,7 @@ class Translator:
         if quantize is not None:
             if quantize not in QUANTIZATIONS:
                 raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
-            model = quantize_int8(model)
+            model = quantize_int8(model, inplace=True)  # the float model is not kept
         return cls(model, SubwordTokenizer.load(directory), max_src_tokens)
 
     @property
