@@ -16,11 +16,12 @@ import argparse
 import csv
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from quality import parse_scores  # benchmarks/quality.py, beside this script
 
 
 def run(cmd: list[str], log: Path | None = None) -> subprocess.Popen:
@@ -72,15 +73,12 @@ def main() -> int:
         avg = out / f"{name}-avg"
         subprocess.run([*qkv, "average", "--model", str(d), "--last", str(args.last), "--out", str(avg)], check=True,
                        stdout=subprocess.DEVNULL)
+        corpus, pair = _corpus_and_pair(d)
         for which, model in (("best", d), ("avg", avg)):  # the best single model vs the averaged one
-            res = subprocess.run([*qkv, "evaluate", "--model", str(model), "--corpus", _corpus(d), "--split",
-                                  args.split, "--pair", _pair(d), "--beam", str(args.beam), "--data-dir",
+            res = subprocess.run([*qkv, "evaluate", "--model", str(model), "--corpus", corpus, "--split",
+                                  args.split, "--pair", pair, "--beam", str(args.beam), "--data-dir",
                                   args.data_dir, "--device", args.device], capture_output=True, text=True)
-            for line in (res.stdout + res.stderr).splitlines():
-                m = re.match(r"(BLEU|chrF2?)\|.*?= ([\d.]+)", line)
-                if m:
-                    key = "chrf" if m[1].startswith("chrF") else "tok_bleu" if "lowercased" in line else "bleu"
-                    row[f"{which}_beam_{key}"] = float(m[2])
+            row.update({f"{which}_beam_{k}": v for k, v in parse_scores(res.stdout + res.stderr).items()})
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
     (out / "ablate.json").write_text(json.dumps(rows, indent=1))
@@ -93,17 +91,11 @@ def main() -> int:
     return 0
 
 
-def _pair(run_dir: Path) -> str:
+def _corpus_and_pair(run_dir: Path) -> tuple[str, str]:
     import yaml
 
     cfg = yaml.safe_load((run_dir / "train_config.yaml").read_text())
-    return f"{cfg['src_lang']}-{cfg['tgt_lang']}"
-
-
-def _corpus(run_dir: Path) -> str:
-    import yaml
-
-    return yaml.safe_load((run_dir / "train_config.yaml").read_text())["corpus"]
+    return cfg["corpus"], f"{cfg['src_lang']}-{cfg['tgt_lang']}"
 
 
 if __name__ == "__main__":

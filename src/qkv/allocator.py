@@ -5,7 +5,7 @@ A training step allocates and frees the same large tensors every time (a batch o
 and trims the heap top above 128 kB, so every step pays page faults to map the same memory again and the kernel
 zeroes it: on 2 cores that was a third of the step (`sys` time). Turning both off keeps the memory once
 touched, as tcmalloc or jemalloc would; the process's RSS then stays at its peak instead of breathing.
-Measured on the multi30k-small recipe (2 cores): 2.75k -> 4.37k target tokens/s.
+Measured on the multi30k-small recipe (2 cores): 2.75k -> 4.16k target tokens/s (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -100,9 +100,11 @@ def test_config_errors_name_the_key(tmp_path: Path, recipe: Recipe) -> None:
         load_train_config(tmp_path / "bad.yaml")
     assert parse_overrides(["--lr", "0.5", "--model.d_model", "64", "--joint-vocab", "false", "--download"]) == {
         "lr": 0.5, "model": {"d_model": 64}, "joint_vocab": False, "download": True}
-    # values keep their dashes and exponents (YAML 1.1 reads 2e-3 as a string)
-    assert parse_overrides(["--lr=2e-3", "--data-dir", "my-data", "--warmup=1e3"]) == {
-        "lr": 0.002, "data_dir": "my-data", "warmup": 1000.0}
+    # keys' dashes become underscores, values keep theirs; YAML 1.1 reads 2e-3 as a string, the config a float
+    overrides = parse_overrides(["--lr=2e-3", "--data-dir", "my-data", "--corpus", "synthetic"])
+    assert overrides == {"lr": "2e-3", "data_dir": "my-data", "corpus": "synthetic"}
+    cfg = load_train_config(None, overrides)
+    assert cfg.lr == 0.002 and cfg.data_dir == "my-data"
 
 
 def test_early_stopping_and_bleu_validation(tmp_path: Path, recipe: Recipe) -> None:

@@ -134,23 +134,12 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
         else:
             raw, i = "true", i + 1  # a bare flag
         key = key.replace("-", "_")  # --data-dir == --data_dir (the value keeps its dashes: --lr=2e-3)
-        value = _parse_value(raw)
+        value = yaml.safe_load(raw)  # "2e-3" stays a string here; dataclass_from_dict makes float fields floats
         if key.startswith("model."):
             out.setdefault("model", {})[key[len("model."):]] = value
         else:
             out[key] = value
     return out
-
-
-def _parse_value(raw: str) -> Any:
-    """A command-line value as YAML reads it, except that numbers like 2e-3 (strings to YAML 1.1) are floats."""
-    value = yaml.safe_load(raw)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
 
 
 def load_train_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
