@@ -22,8 +22,11 @@ Timed, each engine and setting in a fresh subprocess (so that the peak RSS is it
   forced to exactly `--new-tokens` tokens (qkv min_len = max_len, HF min_new_tokens = max_new_tokens, CT2
   min/max_decoding_length), so the work does not depend on when a random model would stop. qkv also runs one
   more decoder step to score the forced eos. CTranslate2 runs with its default threads and with
-  (inter_threads, intra_threads) = (2, 1) and (1, 2); it receives all sentences of a run at once with
-  max_batch_size = the batch, so inter_threads = 2 decodes two batches in parallel (its throughput mode).
+  (inter_threads, intra_threads) = (2, 1); it receives all sentences of a run at once with max_batch_size =
+  the batch, so inter_threads = 2 decodes two batches in parallel (its throughput mode). qkv runs both ways
+  too: "qkv" uses torch's threads on one batch at a time, "qkv 2x1" decodes two batches at once on two worker
+  threads with one torch thread each (`qkv.decode.workers`, `--workers 2` in `qkv translate`). (CT2's
+  (1, 2) layout measured the same as its default, 1 x all cores, and was dropped to keep the run short.)
 * training: forward + backward + Adam step on `--train-sentences` pairs (25 target tokens each, ~4,000 per step),
   float32, dropout 0.1, qkv vs Hugging Face: target tokens/s, and achieved GFLOP/s (matmul FLOPs counted from the
   shapes, backward = 2 x forward) as a fraction of the machine's fp32 matmul peak, measured with torch.matmul on
@@ -58,7 +61,7 @@ from machine import cpu_model  # benchmarks/machine.py (the script's folder is o
 
 UNK, BOS, EOS = 1, 2, 3  # and pad = vocab - 1, where Marian has it (CTranslate2's converter drops that row)
 FIRST_WORD = 4  # sources and targets are drawn from FIRST_WORD .. vocab - 2
-CT2_THREADS = [("default", 1, 0), ("2x1", 2, 1), ("1x2", 1, 2)]  # (label, inter_threads, intra_threads)
+CT2_THREADS = [("default", 1, 0), ("2x1", 2, 1)]  # (label, inter_threads, intra_threads)
 ATTENTION_LENGTHS = [128, 256, 512, 1024, 2048, 4096]
 ENV = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
 
@@ -121,27 +124,27 @@ def load_sources(work: Path, n: int) -> list[list[int]]:
 Translate = Callable[[list[list[int]], int], list[list[int]]]  # (sources, batch size) -> ids without eos
 
 
-def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str | None = None) -> Translate:
+def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str | None = None,
+               workers: int = 1) -> Translate:
     import torch
 
     from qkv.checkpoint import load_model_dir
     from qkv.decode import beam_search, greedy
     from qkv.decode.quantize import quantize_int8
+    from qkv.decode.workers import map_in_workers
 
     model = load_model_dir(work / "qkv")
     if quantize == "int8":
         model = quantize_int8(model, inplace=True)
 
+    def decode(src: torch.Tensor) -> list[list[int]]:
+        if beam == 1:
+            return [h.tokens for h in greedy(model, src, min_len=min_len, max_len=max_len)]
+        return [hyps[0].tokens for hyps in beam_search(model, src, beam=beam, min_len=min_len, max_len=max_len)]
+
     def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
-        out = []
-        for i in range(0, len(sources), batch):
-            src = torch.tensor(sources[i : i + batch])
-            if beam == 1:
-                out += [h.tokens for h in greedy(model, src, min_len=min_len, max_len=max_len)]
-            else:
-                out += [hyps[0].tokens for hyps in beam_search(model, src, beam=beam, min_len=min_len,
-                                                                max_len=max_len)]
-        return out
+        batches = [torch.tensor(sources[i : i + batch]) for i in range(0, len(sources), batch)]
+        return [tokens for out in map_in_workers(decode, batches, workers) for tokens in out]
 
     return translate
 
@@ -197,7 +200,7 @@ def import_engine(engine: str) -> None:
 def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) -> Translate:
     """The engine a worker spec names: "qkv", "hf" or "ct2" (with compute_type, inter, intra)."""
     if spec["engine"] == "qkv":
-        return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"))
+        return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"), spec.get("workers", 1))
     if spec["engine"] == "hf":
         return hf_engine(work, spec["beam"], min_len, max_len)
     return ct2_engine(work, spec["beam"], min_len, max_len, spec["vocab"], spec["compute_type"], spec["inter"],
@@ -421,16 +424,17 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
 def engine_name(r: dict[str, Any]) -> str:
     if r["engine"] == "ct2":
         return f"CT2 {r['compute_type']} {r['threads_label']}"
-    if r["engine"] == "qkv" and r.get("quantize"):
-        return f"qkv {r['quantize']}"
-    return {"qkv": "qkv", "hf": "HF transformers"}[r["engine"]]
+    if r["engine"] == "qkv":
+        return " ".join(["qkv", *([r["quantize"]] if r.get("quantize") else []),
+                         *(["2x1"] if r.get("workers", 1) == 2 else [])])
+    return "HF transformers"
 
 
 def decode_table(rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
-        base = next(q for q in rows if q["engine"] == "qkv" and not q.get("quantize") and q["beam"] == r["beam"]
-                    and q["batch"] == r["batch"])
+        base = next(q for q in rows if q["engine"] == "qkv" and not q.get("quantize") and q.get("workers", 1) == 1
+                    and q["beam"] == r["beam"] and q["batch"] == r["batch"])
         out.append(["greedy" if r["beam"] == 1 else f"beam {r['beam']}", str(r["batch"]), engine_name(r),
                     f"{r['tokens_per_second']:.0f}", f"{r['best_tokens_per_second']:.0f}",
                     f"{r['sentences_per_second']:.2f}", f"{r['peak_rss_mb']:.0f} ({r['imports_rss_mb']:.0f})",
@@ -517,8 +521,9 @@ def main() -> None:
             for batch, n in ((1, args.batch1_sentences), (32, args.batch32_sentences)):
                 setting = {**common, "task": "decode", "beam": beam, "batch": batch, "sentences": n,
                            "new_tokens": args.new_tokens}
-                decode_specs += [{**setting, "engine": "qkv"}, {**setting, "engine": "qkv", "quantize": "int8"},
-                                 {**setting, "engine": "hf"}]
+                decode_specs += [{**setting, "engine": "qkv", "quantize": q, "workers": w}
+                                 for q in (None, "int8") for w in (1, 2)]
+                decode_specs += [{**setting, "engine": "hf"}]
                 decode_specs += [{**setting, "engine": "ct2", "compute_type": ct, "threads_label": label,
                                   "inter": inter, "intra": intra}
                                  for ct in ("float32", "int8") for label, inter, intra in CT2_THREADS]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
@@ -76,12 +76,32 @@ def save_weights(path: str | os.PathLike[str], model: nn.Module) -> None:
 
 
 def load_weights(path: str | os.PathLike[str], model: nn.Module, device: str | torch.device = "cpu") -> None:
-    """Load safetensors weights into `model`; a truncated or mismatched file is a CheckpointError."""
+    """Load safetensors weights into `model`; a truncated or mismatched file is a CheckpointError.
+
+    When the file holds exactly the model's tensors, they are copied in one at a time, each read from its own
+    short-lived mapping of the file, so that memory peaks at the model plus one tensor (safetensors'
+    `load_model` keeps the whole file mapped while loading: twice the model). Other layouts (such as older
+    qkv models, converted by `load_state_dict` hooks) go through `load_model`.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"missing file: {path}")
     try:
-        load_model(model, str(path), strict=True, device=str(device))
+        with safe_open(str(path), framework="pt") as f:
+            keys = list(f.keys())
+        targets = model.state_dict(keep_vars=True)
+        stored = {targets[k].data_ptr() for k in keys if k in targets}
+        if set(keys) <= targets.keys() and all(t.data_ptr() in stored for t in targets.values()):
+            with torch.no_grad():
+                for key in keys:  # tied tensors are stored once, under one of their names
+                    with safe_open(str(path), framework="pt") as f:
+                        tensor = f.get_tensor(key)
+                    if tensor.shape != targets[key].shape:
+                        raise ValueError(f"{key} has shape {tuple(tensor.shape)} in the file but "
+                                         f"{tuple(targets[key].shape)} in the model")
+                    targets[key].copy_(tensor)
+        else:
+            load_model(model, str(path), strict=True, device=str(device))
     except (SafetensorError, OSError, RuntimeError, ValueError) as e:
         raise CheckpointError(f"cannot load {path}: {e}; the file may be truncated, corrupt or for another "
                               "model") from e

@@ -58,6 +58,47 @@ def test_input_order_and_batching_do_not_change_the_output(tokenizer: SubwordTok
         assert (together[i].text, together[i].score, together[i].tokens) == ("", 0.0, [])
 
 
+def test_workers_give_the_same_translations(tokenizer: SubwordTokenizer) -> None:
+    """Worker threads decode batches side by side: the outputs are those of one thread, in input order,
+    also when the single batch has to be split so that each worker gets one."""
+    t = translator(tokenizer)
+    for beam in (1, 3):
+        alone = t.translate_detailed(TEXTS, beam=beam, attention=True)
+        for workers, batch_tokens in ((3, 4096), (2, 30)):
+            side_by_side = t.translate_detailed(TEXTS, beam=beam, attention=True, workers=workers,
+                                                batch_tokens=batch_tokens)
+            assert summary(side_by_side) == summary(alone)
+            assert scores(side_by_side) == pytest.approx(scores(alone), abs=1e-4)
+            for a, b in zip(alone, side_by_side, strict=True):
+                assert (a.attention is None) == (b.attention is None)
+                if a.attention is not None:
+                    assert torch.allclose(a.attention, b.attention, atol=1e-5)
+    with pytest.raises(ValueError, match="workers"):
+        t.translate(TEXTS, workers=0)
+
+
+def test_each_worker_runs_torch_on_its_share_of_the_threads() -> None:
+    import threading
+    import time
+
+    from qkv.decode.workers import map_in_workers
+
+    def where(_: int) -> tuple[int, int]:
+        time.sleep(0.05)  # both workers take a job before either finishes
+        return threading.get_ident(), torch.get_num_threads()
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        seen = map_in_workers(where, [0, 1], workers=2)
+        assert torch.get_num_threads() == 4  # the caller's count is back
+    finally:
+        torch.set_num_threads(before)
+    assert len({ident for ident, _ in seen}) == 2 and threading.get_ident() not in {i for i, _ in seen}
+    assert [n for _, n in seen] == [2, 2]
+    assert map_in_workers(lambda x: x * x, [3, 1, 2], workers=2) == [9, 1, 4]
+
+
 def test_translations_are_beam_search_outputs(tokenizer: SubwordTokenizer) -> None:
     t = translator(tokenizer)
     texts = [EN[1], ZH[2]]

@@ -169,3 +169,23 @@ def test_chunked_loss_gives_the_gradients_of_the_unchunked_loss(recipe: Recipe, 
     assert loss_chunked == pytest.approx(loss_whole, rel=1e-5) and nll_chunked == pytest.approx(nll_whole, rel=1e-5)
     for (name, a), b in zip(whole.model.named_parameters(), chunked.model.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_max_hours_stops_at_a_checkpoint_and_the_clock_survives_resume(recipe: Recipe, tmp_path: Path) -> None:
+    """A time budget already spent stops the run at its first checkpoint, not at max_steps; resuming
+    continues the clock saved in the checkpoint instead of starting it again at zero."""
+    import csv
+
+    result = Trainer(recipe(max_steps=50, valid_every=2, max_hours=1e-9), tmp_path / "run").train()
+    assert result.step == 2 and list_checkpoints(tmp_path / "run")[-1].name == "step_00000002"
+    state_file = tmp_path / "run" / "checkpoints" / "step_00000002" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert state["elapsed_s"] > 0
+    state["elapsed_s"] = 5000.0  # as if the first part had trained for 5,000 s
+    state_file.write_text(json.dumps(state))
+    Trainer(recipe(max_steps=4, valid_every=2), tmp_path / "run", resume=True).train()
+    with open(tmp_path / "run" / "log.csv", newline="") as f:
+        elapsed = {r["step"]: float(r["elapsed_s"]) for r in csv.DictReader(f) if r["valid_loss"]}
+    assert elapsed["2"] < 5000.0 < elapsed["4"] < 5000.0 + 600
+    with pytest.raises(ValueError, match="max_hours"):
+        recipe(max_hours=0)

@@ -28,6 +28,7 @@ from ..data.tokenizer import SubwordTokenizer
 from ..model import Transformer
 from .quantize import QUANTIZATIONS, quantize_int8
 from .search import DEFAULT_MAX_LEN_B, Hypothesis, beam_search, cross_attention, greedy, sample
+from .workers import map_in_workers
 
 DEFAULT_MAX_SRC_TOKENS = 1024
 
@@ -86,21 +87,23 @@ class Translator:
 
     def translate(self, texts: list[str], beam: int = 4, alpha: float = 0.6, nbest: int = 1,
                   batch_tokens: int = 4096, max_len_a: float = 1.0,
-                  max_len_b: int = DEFAULT_MAX_LEN_B) -> list[str]:
+                  max_len_b: int = DEFAULT_MAX_LEN_B, workers: int = 1) -> list[str]:
         """Translate sentences with beam search (beam 1: greedy); one output string per input string."""
         return [t.text for t in self.translate_detailed(texts, beam, alpha, nbest, batch_tokens, max_len_a,
-                                                        max_len_b)]
+                                                        max_len_b, workers=workers)]
 
     def translate_detailed(self, texts: list[str], beam: int = 4, alpha: float = 0.6, nbest: int = 1,
                            batch_tokens: int = 4096, max_len_a: float = 1.0, max_len_b: int = DEFAULT_MAX_LEN_B,
                            attention: bool = False, sampling: bool = False, temperature: float = 1.0,
-                           top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> list[Translation]:
+                           top_k: int = 0, top_p: float = 1.0, seed: int = 0, workers: int = 1) -> list[Translation]:
         """Translate sentences; one `Translation` per input string, in input order.
 
         beam, alpha, nbest: beam search (beam 1 is greedy decoding; nbest <= beam). batch_tokens: the most
         padded source tokens per batch (a longer sentence goes alone). Output length limit per sentence:
         max_len_a * source tokens + max_len_b. attention: also return the best hypothesis's cross-attention.
         sampling: draw tokens instead (temperature, top_k, top_p; batch i uses seed + i), one hypothesis.
+        workers: decode this many batches at once, each on its share of torch's threads (`decode.workers`);
+        with fewer batches than workers, the largest batches are split so that each worker has one.
         """
         if nbest > (1 if sampling else beam):
             raise ValueError(f"nbest={nbest} needs a beam at least as large (beam={beam}, sampling={sampling})")
@@ -113,19 +116,32 @@ class Translator:
                 results[i] = Translation("", 0.0, [], [("", 0.0)])
         order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: -len(ids[i]))  # longest first
         sizes = np.minimum(np.array([len(ids[i]) + 1 for i in order], dtype=np.int64), batch_tokens)
-        for b, (start, end) in enumerate(pairwise(cut_into_batches(sizes, sizes, batch_tokens))):
+        bounds = list(pairwise(cut_into_batches(sizes, sizes, batch_tokens)))
+        while len(bounds) < workers and any(end - start > 1 for start, end in bounds):  # a batch for each worker
+            start, end = max(bounds, key=lambda b: b[1] - b[0])
+            bounds = sorted([b for b in bounds if b != (start, end)] + [(start, (start + end) // 2),
+                                                                        ((start + end) // 2, end)])
+
+        def source(batch: list[int]) -> Tensor:
+            return pad_sequences([[*ids[i], self.tokenizer.eos_id] for i in batch], self.tokenizer.pad_id).to(
+                self.device)  # (B, S)
+
+        def decode(job: tuple[int, tuple[int, int]]) -> list[list[Hypothesis]]:
+            b, (start, end) = job
             batch = order[start:end]
-            src = pad_sequences([[*ids[i], self.tokenizer.eos_id] for i in batch], self.tokenizer.pad_id)
-            src = src.to(self.device)  # (B, S)
+            src = source(batch)
             max_len = torch.tensor([int(max_len_a * len(ids[i]) + max_len_b) for i in batch], device=self.device)
             if sampling:
-                hyps = [[h] for h in sample(self.model, src, temperature, top_k, top_p, seed + b, max_len,
+                return [[h] for h in sample(self.model, src, temperature, top_k, top_p, seed + b, max_len,
                                             alpha=alpha)]
-            elif beam == 1:
-                hyps = [[h] for h in greedy(self.model, src, max_len, alpha=alpha)]
-            else:
-                hyps = beam_search(self.model, src, beam, alpha, nbest, max_len)
-            attn = cross_attention(self.model, src, [h[0].tokens for h in hyps]) if attention else None
+            if beam == 1:
+                return [[h] for h in greedy(self.model, src, max_len, alpha=alpha)]
+            return beam_search(self.model, src, beam, alpha, nbest, max_len)
+
+        jobs = list(enumerate(bounds))
+        for (_, (start, end)), hyps in zip(jobs, map_in_workers(decode, jobs, workers), strict=True):
+            batch = order[start:end]
+            attn = cross_attention(self.model, source(batch), [h[0].tokens for h in hyps]) if attention else None
             for row, (i, sentence_hyps) in enumerate(zip(batch, hyps, strict=True)):
                 results[i] = self._translation(sentence_hyps, None if attn is None else attn[row])
         return results  # type: ignore[return-value]

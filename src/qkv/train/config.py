@@ -59,6 +59,7 @@ class TrainConfig:
     clip_norm: float = 0.0  # 0: no clipping
     max_steps: int = 100_000
     max_epochs: int | None = None
+    max_hours: float | None = None  # stop at the first checkpoint after this much training time (across resumes)
     # --- validation and checkpoints
     valid_every: int = 1000  # updates; also when checkpoints are written
     valid_metric: str = "bleu"  # "bleu" (higher is better) or "loss"
@@ -91,6 +92,7 @@ class TrainConfig:
         check(self.valid_metric != "bleu" or self.valid_bleu, "valid_metric 'bleu' needs valid_bleu: true")
         for name in ("max_tokens", "accum_steps", "max_steps", "valid_every", "log_every", "vocab_size", "max_len"):
             check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        check(self.max_hours is None or self.max_hours > 0, f"max_hours must be positive, got {self.max_hours}")
         check(0.0 <= self.label_smoothing < 1.0, "label_smoothing must be in [0, 1)")
         has_files = self.train_tsv is not None or (self.train_src is not None and self.train_tgt is not None)
         check(self.corpus is not None or has_files,

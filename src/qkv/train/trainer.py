@@ -96,6 +96,7 @@ class Trainer:
             [len(s) for s in self.data.valid_src], [len(t) for t in self.data.valid_tgt],
             max(cfg.max_tokens, 2 * cfg.max_len + 4), shuffle=False).rank_batches(0)
         self.step, self.best_metric, self.best_step, self.bad_validations = 0, None, None, 0
+        self.elapsed_s = 0.0  # training time so far, across resumes
         self.history: list[dict[str, Any]] = []
         if resume_from is not None:
             self._restore(resume_from)  # model, optimizer, RNG, data position, schedule
@@ -108,7 +109,7 @@ class Trainer:
     def _trainer_state(self) -> dict[str, Any]:
         return {"step": self.step, "sampler": self.sampler.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "best_metric": self.best_metric, "best_step": self.best_step,
-                "bad_validations": self.bad_validations, "history": self.history}
+                "bad_validations": self.bad_validations, "history": self.history, "elapsed_s": self.elapsed_s}
 
     def _restore(self, path: Path) -> None:
         state = load_checkpoint(path, self.model, self.optimizer, self.env.rank, self.device)
@@ -116,6 +117,7 @@ class Trainer:
         self.sampler.load_state_dict(state["sampler"])
         self.step, self.best_metric, self.best_step = state["step"], state["best_metric"], state["best_step"]
         self.bad_validations, self.history = state["bad_validations"], state["history"]
+        self.elapsed_s = state.get("elapsed_s", 0.0)  # checkpoints from before the field: the clock restarts
         log.info("resumed from %s (step %d)", path, self.step)
 
     def _check_in_sync(self) -> None:
@@ -221,7 +223,7 @@ class Trainer:
                    dynamic_ncols=True)
         batches, stopped_early = self._batches(), False
         window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.perf_counter()}
-        start = time.perf_counter()
+        start = time.perf_counter() - self.elapsed_s
         try:
             while self.step < cfg.max_steps:
                 group = [b for _, b in zip(range(cfg.accum_steps), batches, strict=False)]
@@ -243,11 +245,12 @@ class Trainer:
                     bar.set_postfix(loss=f"{row['train_loss']:.3f}", lr=f"{row['lr']:.2e}",
                                     tok_s=f"{row['tokens_per_s']:.0f}")
                     window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.perf_counter()}
+                self.elapsed_s = time.perf_counter() - start
                 if self.step % cfg.valid_every == 0 or self.step == cfg.max_steps:
                     row = {"step": self.step, "epoch": self.sampler.epoch, **row}
-                    stopped_early = self._checkpoint(row)
+                    stopped_early = self._checkpoint(row) or self._out_of_time()
                 if row and main:
-                    row["elapsed_s"] = time.perf_counter() - start
+                    row["elapsed_s"] = self.elapsed_s
                     self._log(row, csv_writer, writer)
                     assert csv_file is not None
                     csv_file.flush()
@@ -284,6 +287,13 @@ class Trainer:
         self._save()
         stop = self.cfg.patience is not None and self.bad_validations >= self.cfg.patience
         return bool(all_reduce_sum(float(stop), self.env, self.device))
+
+    def _out_of_time(self) -> bool:
+        """max_hours reached (rank 0's clock decides, so that all replicas stop at the same checkpoint)."""
+        out = self.cfg.max_hours is not None and self.env.is_main and self.elapsed_s >= 3600 * self.cfg.max_hours
+        if out and self.env.is_main:
+            log.info("step %d: max_hours %g reached", self.step, self.cfg.max_hours)
+        return bool(all_reduce_sum(float(out), self.env, self.device))
 
     # --- logs ----------------------------------------------------------------------------------
     def _csv_log(self) -> tuple[Any, csv.DictWriter]:
