@@ -13,8 +13,9 @@ last (8k - 1), where Marian has it: CTranslate2's Marian converter drops the las
 zeroed, so that the three compute the same function (CTranslate2 starts Marian decoders from a zero embedding).
 
 Before any timing the harness checks correctness and exits 1 if it fails: on the benchmark sources, qkv's logits
-equal Hugging Face's (1e-4) and qkv's greedy ids equal `generate`'s token for token (both decoding freely to eos or
-`--new-tokens`). CTranslate2 float32's agreement with Hugging Face is reported, not required.
+equal Hugging Face's (1e-4, with nn.Linear and with packed weights) and qkv's greedy ids (packed weights, the
+default) equal `generate`'s token for token (both decoding freely to eos or `--new-tokens`). CTranslate2
+float32's agreement with Hugging Face is reported, not required.
 
 Timed, each engine and setting in a fresh subprocess (so that the peak RSS is its own):
 * decoding: greedy and beam 4, batch 1 (`--batch1-sentences` sentences, one at a time) and batch 32
@@ -25,7 +26,8 @@ Timed, each engine and setting in a fresh subprocess (so that the peak RSS is it
   (inter_threads, intra_threads) = (2, 1); it receives all sentences of a run at once with max_batch_size =
   the batch, so inter_threads = 2 decodes two batches in parallel (its throughput mode). qkv runs both ways
   too: "qkv" uses torch's threads on one batch at a time, "qkv 2x1" decodes two batches at once on two worker
-  threads with one torch thread each (`qkv.decode.workers`, `--workers 2` in `qkv translate`). (CT2's
+  threads with one torch thread each (`qkv.decode.workers`, `--workers 2` in `qkv translate`). "qkv" rows use
+  packed weights (`qkv.decode.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear. (CT2's
   (1, 2) layout measured the same as its default, 1 x all cores, and was dropped to keep the run short.)
 * training: forward + backward + Adam step on `--train-sentences` pairs (25 target tokens each, ~4,000 per step),
   float32, dropout 0.1, qkv vs Hugging Face: target tokens/s, and achieved GFLOP/s (matmul FLOPs counted from the
@@ -125,17 +127,20 @@ Translate = Callable[[list[list[int]], int], list[list[int]]]  # (sources, batch
 
 
 def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str | None = None,
-               workers: int = 1) -> Translate:
+               workers: int = 1, pack: bool = True) -> Translate:
     import torch
 
     from qkv.checkpoint import load_model_dir
     from qkv.decode import beam_search, greedy
+    from qkv.decode.packed import pack_linear_weights
     from qkv.decode.quantize import quantize_int8
     from qkv.decode.workers import map_in_workers
 
     model = load_model_dir(work / "qkv")
     if quantize == "int8":
         model = quantize_int8(model, inplace=True)
+    elif pack:  # what Translator.load does with a float32 model on the CPU
+        model = pack_linear_weights(model)
 
     def decode(src: torch.Tensor) -> list[list[int]]:
         if beam == 1:
@@ -200,7 +205,8 @@ def import_engine(engine: str) -> None:
 def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) -> Translate:
     """The engine a worker spec names: "qkv", "hf" or "ct2" (with compute_type, inter, intra)."""
     if spec["engine"] == "qkv":
-        return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"), spec.get("workers", 1))
+        return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"), spec.get("workers", 1),
+                          spec.get("pack", True))
     if spec["engine"] == "hf":
         return hf_engine(work, spec["beam"], min_len, max_len)
     return ct2_engine(work, spec["beam"], min_len, max_len, spec["vocab"], spec["compute_type"], spec["inter"],
@@ -382,29 +388,35 @@ def run_worker(spec: dict[str, Any], work: Path) -> dict[str, Any]:
 # --- correctness, before any timing ---------------------------------------------------------------------------------
 
 def check(work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """qkv == HF: logits (teacher forcing, 1e-4) and greedy ids on the benchmark sources. CT2 float32 reported."""
+    """qkv == HF: logits (teacher forcing, 1e-4; nn.Linear and packed weights) and greedy ids (packed, the
+    default) on the benchmark sources. CT2 float32 reported."""
     import torch
     from transformers import MarianMTModel
 
     from qkv.checkpoint import load_model_dir
+    from qkv.decode.packed import pack_linear_weights
 
     sources = load_sources(work, args.batch32_sentences)
     src = torch.tensor(sources[:8])
     tgt = torch.cat([torch.full((8, 1), BOS), src[:, :-1]], dim=1)  # any target ids will do
     with torch.inference_mode():
         hf_logits = MarianMTModel.from_pretrained(work / "hf").eval()(input_ids=src, decoder_input_ids=tgt).logits
-        logits_diff = (load_model_dir(work / "qkv")(src, tgt) - hf_logits).abs().max().item()
+        plain = load_model_dir(work / "qkv")
+        logits_diff = (plain(src, tgt) - hf_logits).abs().max().item()
+        packed_diff = (pack_linear_weights(plain)(src, tgt) - hf_logits).abs().max().item()
     ours = qkv_engine(work, 1, 0, args.new_tokens)(sources, 32)
     theirs = hf_engine(work, 1, 0, args.new_tokens)(sources, 32)
     ct2 = ct2_engine(work, 1, 0, args.new_tokens, args.vocab, "float32", 1, 0)(sources, 32)
-    result = {"logits_max_abs_diff": logits_diff, "sentences": len(sources),
+    result = {"logits_max_abs_diff": logits_diff, "packed_logits_max_abs_diff": packed_diff,
+              "sentences": len(sources),
               "qkv_equals_hf": sum(a == b for a, b in zip(ours, theirs, strict=True)),
               "ct2_float32_equals_hf": sum(a == b for a, b in zip(ct2, theirs, strict=True)),
               "ended_with_eos": sum(len(o) < args.new_tokens for o in theirs)}
-    print(f"check: logits max |qkv - HF| = {logits_diff:.2e}; greedy ids qkv == HF on {result['qkv_equals_hf']}/"
-          f"{len(sources)} sentences; CT2 float32 == HF on {result['ct2_float32_equals_hf']}/{len(sources)}",
+    print(f"check: logits max |qkv - HF| = {logits_diff:.2e} (packed {packed_diff:.2e}); greedy ids qkv == HF on "
+          f"{result['qkv_equals_hf']}/{len(sources)} sentences; CT2 float32 == HF on "
+          f"{result['ct2_float32_equals_hf']}/{len(sources)}",
           file=sys.stderr, flush=True)
-    if logits_diff > 1e-4 or result["qkv_equals_hf"] != len(sources):
+    if max(logits_diff, packed_diff) > 1e-4 or result["qkv_equals_hf"] != len(sources):
         for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             if a != b:
                 print(f"sentence {i}:\n  qkv {a}\n  hf  {b}", file=sys.stderr)
@@ -425,7 +437,8 @@ def engine_name(r: dict[str, Any]) -> str:
     if r["engine"] == "ct2":
         return f"CT2 {r['compute_type']} {r['threads_label']}"
     if r["engine"] == "qkv":
-        return " ".join(["qkv", *([r["quantize"]] if r.get("quantize") else []),
+        return " ".join(["qkv", *(["unpacked"] if not r.get("pack", True) else []),
+                         *([r["quantize"]] if r.get("quantize") else []),
                          *(["2x1"] if r.get("workers", 1) == 2 else [])])
     return "HF transformers"
 
@@ -433,8 +446,7 @@ def engine_name(r: dict[str, Any]) -> str:
 def decode_table(rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
-        base = next(q for q in rows if q["engine"] == "qkv" and not q.get("quantize") and q.get("workers", 1) == 1
-                    and q["beam"] == r["beam"] and q["batch"] == r["batch"])
+        base = next(q for q in rows if engine_name(q) == "qkv" and q["beam"] == r["beam"] and q["batch"] == r["batch"])
         out.append(["greedy" if r["beam"] == 1 else f"beam {r['beam']}", str(r["batch"]), engine_name(r),
                     f"{r['tokens_per_second']:.0f}", f"{r['best_tokens_per_second']:.0f}",
                     f"{r['sentences_per_second']:.2f}", f"{r['peak_rss_mb']:.0f} ({r['imports_rss_mb']:.0f})",
@@ -521,6 +533,7 @@ def main() -> None:
             for batch, n in ((1, args.batch1_sentences), (32, args.batch32_sentences)):
                 setting = {**common, "task": "decode", "beam": beam, "batch": batch, "sentences": n,
                            "new_tokens": args.new_tokens}
+                decode_specs += [{**setting, "engine": "qkv", "pack": False}]
                 decode_specs += [{**setting, "engine": "qkv", "quantize": q, "workers": w}
                                  for q in (None, "int8") for w in (1, 2)]
                 decode_specs += [{**setting, "engine": "hf"}]
@@ -541,7 +554,8 @@ def main() -> None:
     print(f"\n{machine['cpu']}, {machine['cores']} cores; " + ", ".join(f"{k} {v}" for k, v in versions().items()))
     print(f"load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; "
           f"{time.perf_counter() - started:.0f} s in all")
-    print(f"\ncheck: logits max |qkv - HF| = {correctness['logits_max_abs_diff']:.1e}; greedy ids qkv == HF on "
+    print(f"\ncheck: logits max |qkv - HF| = {correctness['logits_max_abs_diff']:.1e} (packed "
+          f"{correctness['packed_logits_max_abs_diff']:.1e}); greedy ids qkv (packed) == HF on "
           f"{correctness['qkv_equals_hf']}/{correctness['sentences']} sentences; CT2 float32 == HF on "
           f"{correctness['ct2_float32_equals_hf']}/{correctness['sentences']}")
     print(f"\nDecoding: {args.src_len} + eos source tokens, exactly {args.new_tokens} new tokens per hypothesis; "

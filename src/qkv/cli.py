@@ -97,7 +97,8 @@ def _translate_lines(args: argparse.Namespace, lines: list[str], **options: obje
 
     from .decode import Translator
 
-    translator = Translator.load(args.model, args.device, args.max_src_tokens, quantize=args.quantize)
+    translator = Translator.load(args.model, args.device, args.max_src_tokens, quantize=args.quantize,
+                                 pack=False if args.no_pack else None)
     start = time.perf_counter()
     results = translator.translate_detailed(lines, beam=args.beam, alpha=args.alpha, batch_tokens=args.batch_tokens,
                                             max_len_a=args.max_len_a, max_len_b=args.max_len_b,
@@ -173,6 +174,8 @@ def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
                    help="longer source lines are truncated, with a warning (learned positions: max_positions)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, ... (default: cpu)")
     p.add_argument("--quantize", choices=["int8"], help="int8 dynamic quantization of the linear layers (CPU)")
+    p.add_argument("--no-pack", action="store_true",
+                   help="keep nn.Linear weights as stored (default on the CPU: packed for oneDNN, faster)")
     p.add_argument("--workers", type=int, default=1,
                    help="batches decoded at once, each on its share of the CPU threads (throughput; default: 1)")
 

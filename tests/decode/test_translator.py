@@ -15,6 +15,7 @@ from qkv.checkpoint import save_model_dir
 from qkv.data.batching import pad_sequences
 from qkv.data.tokenizer import SubwordTokenizer
 from qkv.decode import Translator, beam_search
+from qkv.decode.packed import packing_available
 from sentences import EN, ZH  # tests/sentences.py
 
 TEXTS = [EN[0], "", ZH[1], EN[3] + " " + EN[4], "   ", ZH[5], EN[6], ZH[7] + ZH[8], EN[9], "dog"]
@@ -153,6 +154,13 @@ def test_load_a_model_directory(tokenizer: SubwordTokenizer, tmp_path: Path) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert loaded.translate(TEXTS[:4], beam=2) == t.translate(TEXTS[:4], beam=2)
+    linear_types = {type(m).__name__ for m in loaded.model.modules()} & {"Linear", "PackedLinear"}
+    assert linear_types == ({"PackedLinear"} if packing_available() else {"Linear"})  # packed by default on a CPU
+    unpacked = Translator.load(tmp_path / "model", pack=False)
+    assert not any(type(m).__name__ == "PackedLinear" for m in unpacked.model.modules())
+    assert unpacked.translate(TEXTS[:4], beam=2) == loaded.translate(TEXTS[:4], beam=2)
+    with pytest.raises(ValueError, match="not both"):
+        Translator.load(tmp_path / "model", quantize="int8", pack=True)
     save_model_dir(tmp_path / "lm", DecoderOnly(tiny_config(src_vocab_size=tokenizer.src_vocab_size)), tokenizer)
     with pytest.raises(ValueError, match="needs a Transformer"):
         Translator.load(tmp_path / "lm")

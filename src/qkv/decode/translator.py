@@ -26,6 +26,7 @@ from ..checkpoint import load_model_dir
 from ..data.batching import cut_into_batches, pad_sequences
 from ..data.tokenizer import SubwordTokenizer
 from ..model import Transformer
+from .packed import pack_linear_weights, packing_available
 from .quantize import QUANTIZATIONS, quantize_int8
 from .search import DEFAULT_MAX_LEN_B, Hypothesis, beam_search, cross_attention, greedy, sample
 from .workers import map_in_workers
@@ -69,16 +70,22 @@ class Translator:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: str | torch.device = "cpu",
-             max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS, quantize: str | None = None) -> Translator:
+             max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS, quantize: str | None = None,
+             pack: bool | None = None) -> Translator:
         """Load a model directory written by `save_model_dir` (weights, config and tokenizer).
-        quantize="int8": int8 dynamic quantization of the linear layers, for the CPU (`decode.quantize`)."""
+        quantize="int8": int8 dynamic quantization of the linear layers, for the CPU (`decode.quantize`).
+        pack: linear weights packed for oneDNN (`decode.packed`); None: for float32 on a CPU that supports it."""
         model = load_model_dir(directory, device)
         if not isinstance(model, Transformer):
             raise ValueError(f"{directory} holds a {type(model).__name__}; translation needs a Transformer")
         if quantize is not None:
             if quantize not in QUANTIZATIONS:
                 raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
+            if pack:
+                raise ValueError("choose int8 quantization or packed float32 weights, not both")
             model = quantize_int8(model, inplace=True)  # the float model is not kept
+        elif pack or (pack is None and torch.device(device).type == "cpu" and packing_available()):
+            model = pack_linear_weights(model)
         return cls(model, SubwordTokenizer.load(directory), max_src_tokens)
 
     @property

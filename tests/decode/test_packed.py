@@ -1,0 +1,56 @@
+"""Packed linear weights (oneDNN blocked layout): every linear layer is replaced, outputs equal nn.Linear's to
+float rounding, decoding finds the same hypotheses, cached decoding still equals recomputation."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from tiny_models import batch, random_sources, tiny_config, tiny_model
+from torch import nn
+
+from qkv import DecoderOnly, Transformer
+from qkv.decode import beam_search, greedy
+from qkv.decode.packed import PackedLinear, pack_linear_weights, packing_available
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN packed linear")
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_packed_outputs_equal_nn_linear_and_decoding_finds_the_same_hypotheses(tie: bool) -> None:
+    model = tiny_model(d_model=64, d_ff=128, tie_output=tie)  # hypotheses end at varied lengths
+    n_linear = sum(type(m) is nn.Linear for m in model.modules())
+    packed = pack_linear_weights(copy.deepcopy(model))
+    assert sum(type(m) is PackedLinear for m in packed.modules()) == n_linear  # the output projection too
+    assert not any(type(m) is nn.Linear for m in packed.modules())
+    src = batch(random_sources(6, seed=1, max_len=9))  # (B, S)
+    tgt = torch.randint(4, 40, (6, 7))
+    with torch.inference_mode():
+        ref, got = model(src, tgt), packed(src, tgt)  # (B, T, V)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    assert [h.tokens for h in greedy(packed, src, max_len=12)] == [h.tokens for h in greedy(model, src, max_len=12)]
+    assert [h.tokens for h in greedy(packed, src, max_len=12, use_cache=False)] == \
+        [h.tokens for h in greedy(packed, src, max_len=12)]
+    ours, theirs = beam_search(packed, src, beam=3, max_len=12), beam_search(model, src, beam=3, max_len=12)
+    assert [h[0].tokens for h in ours] == [h[0].tokens for h in theirs]
+
+
+def test_packed_linear_takes_any_leading_shape_and_no_bias() -> None:
+    torch.manual_seed(0)
+    for linear in (nn.Linear(24, 40), nn.Linear(24, 40, bias=False)):
+        packed = PackedLinear(linear)
+        for shape in ((24,), (1, 24), (3, 5, 24)):
+            x = torch.randn(shape)
+            with torch.inference_mode():
+                torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_decoder_only_model_packs_too_and_bad_models_are_refused() -> None:
+    model = DecoderOnly(tiny_config()).eval()
+    x = torch.randint(4, 40, (2, 6))
+    with torch.inference_mode():
+        ref = model(x)
+        torch.testing.assert_close(pack_linear_weights(copy.deepcopy(model))(x), ref, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="float32"):
+        pack_linear_weights(Transformer(tiny_config()).double())
