@@ -54,3 +54,13 @@ def test_a_decoder_only_model_packs_too_and_bad_models_are_refused() -> None:
         torch.testing.assert_close(pack_linear_weights(copy.deepcopy(model))(x), ref, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="float32"):
         pack_linear_weights(Transformer(tiny_config()).double())
+
+
+def test_packed_model_on_worker_threads_decodes_as_one_thread() -> None:
+    from qkv.decode.workers import map_in_workers
+
+    model = tiny_model(d_model=64, d_ff=128)
+    packed = pack_linear_weights(copy.deepcopy(model))
+    batches = [batch(random_sources(4, seed=s, max_len=9)) for s in range(4)]
+    alone = [[h.tokens for h in greedy(model, b, max_len=12)] for b in batches]
+    assert map_in_workers(lambda b: [h.tokens for h in greedy(packed, b, max_len=12)], batches, workers=2) == alone
