@@ -59,7 +59,7 @@ class TrainConfig:
     clip_norm: float = 0.0  # 0: no clipping
     max_steps: int = 100_000
     max_epochs: int | None = None
-    max_hours: float | None = None  # stop at the first checkpoint after this much training time (across resumes)
+    max_hours: float | None = None  # training time budget (across resumes): stop at the last checkpoint within it
     # --- validation and checkpoints
     valid_every: int = 1000  # updates; also when checkpoints are written
     valid_metric: str = "bleu"  # "bleu" (higher is better) or "loss"

@@ -224,6 +224,7 @@ class Trainer:
         batches, stopped_early = self._batches(), False
         window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.perf_counter()}
         start = time.perf_counter() - self.elapsed_s
+        self._last_checkpoint_s = self.elapsed_s
         try:
             while self.step < cfg.max_steps:
                 group = [b for _, b in zip(range(cfg.accum_steps), batches, strict=False)]
@@ -289,10 +290,13 @@ class Trainer:
         return bool(all_reduce_sum(float(stop), self.env, self.device))
 
     def _out_of_time(self) -> bool:
-        """max_hours reached (rank 0's clock decides, so that all replicas stop at the same checkpoint)."""
-        out = self.cfg.max_hours is not None and self.env.is_main and self.elapsed_s >= 3600 * self.cfg.max_hours
-        if out and self.env.is_main:
-            log.info("step %d: max_hours %g reached", self.step, self.cfg.max_hours)
+        """Whether the next checkpoint would come after max_hours (predicted from the time since the last one),
+        so that the run ends at the last checkpoint within its budget. Rank 0's clock decides for all."""
+        interval, self._last_checkpoint_s = self.elapsed_s - self._last_checkpoint_s, self.elapsed_s
+        out = self.cfg.max_hours is not None and self.env.is_main and \
+            self.elapsed_s + interval > 3600 * self.cfg.max_hours
+        if out:
+            log.info("step %d: stopping, the next checkpoint would pass max_hours %g", self.step, self.cfg.max_hours)
         return bool(all_reduce_sum(float(out), self.env, self.device))
 
     # --- logs ----------------------------------------------------------------------------------
