@@ -52,10 +52,11 @@ def pack_linear_weights(model: nn.Module) -> nn.Module:
         raise RuntimeError("this torch build has no oneDNN packed linear ops (torch.ops.mkldnn); decode unpacked")
     if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
         raise ValueError("packed weights are for float32 models on the CPU")
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is nn.Linear:
-                setattr(module, name, PackedLinear(child))
+    # (parent, name) pairs, not the layers themselves: each float weight is freed as soon as it is packed
+    places = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
+              if type(child) is nn.Linear]
+    for parent, name in places:
+        setattr(parent, name, PackedLinear(getattr(parent, name)))
     return model.eval()
 
 
