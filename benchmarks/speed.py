@@ -27,8 +27,8 @@ Timed, each engine and setting in a fresh subprocess (so that the peak RSS is it
   the batch, so inter_threads = 2 decodes two batches in parallel (its throughput mode). qkv runs both ways
   too: "qkv" uses torch's threads on one batch at a time, "qkv 2x1" decodes two batches at once on two worker
   threads with one torch thread each (`qkv.decode.workers`, `--workers 2` in `qkv translate`). "qkv" rows use
-  packed weights (`qkv.decode.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear. (CT2's
-  (1, 2) layout measured the same as its default, 1 x all cores, and was dropped to keep the run short.)
+  packed weights (`qkv.decode.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear.
+  (CT2's (1, 2) layout measured the same as its default, 1 x all cores, and was dropped to keep the run short.)
 * training: forward + backward + Adam step on `--train-sentences` pairs (25 target tokens each, ~4,000 per step),
   float32, dropout 0.1, qkv vs Hugging Face: target tokens/s, and achieved GFLOP/s (matmul FLOPs counted from the
   shapes, backward = 2 x forward) as a fraction of the machine's fp32 matmul peak, measured with torch.matmul on
@@ -132,15 +132,10 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
 
     from qkv.checkpoint import load_model_dir
     from qkv.decode import beam_search, greedy
-    from qkv.decode.packed import pack_linear_weights
-    from qkv.decode.quantize import quantize_int8
+    from qkv.decode.translator import prepare_for_decoding
     from qkv.decode.workers import map_in_workers
 
-    model = load_model_dir(work / "qkv")
-    if quantize == "int8":
-        model = quantize_int8(model, inplace=True)
-    elif pack:  # what Translator.load does with a float32 model on the CPU
-        model = pack_linear_weights(model)
+    model = prepare_for_decoding(load_model_dir(work / "qkv"), "cpu", quantize, pack)  # as Translator.load does
 
     def decode(src: torch.Tensor) -> list[list[int]]:
         if beam == 1:

@@ -20,7 +20,7 @@ from itertools import pairwise
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..checkpoint import load_model_dir
 from ..data.batching import cut_into_batches, pad_sequences
@@ -51,6 +51,22 @@ class Translation:
     attention: Tensor | None = None
 
 
+def prepare_for_decoding(model: nn.Module, device: str | torch.device = "cpu", quantize: str | None = None,
+                         pack: bool | None = None) -> nn.Module:
+    """The model as decoding runs it, changed in place: quantize="int8" swaps its linear layers for int8 ones
+    (`decode.quantize`); otherwise pack=True (or None on a CPU whose torch build supports it) packs its float32
+    linear weights for oneDNN (`decode.packed`); pack=False leaves nn.Linear."""
+    if quantize is not None:
+        if quantize not in QUANTIZATIONS:
+            raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
+        if pack:
+            raise ValueError("choose int8 quantization or packed float32 weights, not both")
+        return quantize_int8(model, inplace=True)  # the float model is not kept
+    if pack or (pack is None and torch.device(device).type == "cpu" and packing_available()):
+        return pack_linear_weights(model)
+    return model.eval()
+
+
 class Translator:
     """A Transformer and its tokenizer: lists of sentences in, lists of translations out."""
 
@@ -78,14 +94,7 @@ class Translator:
         model = load_model_dir(directory, device)
         if not isinstance(model, Transformer):
             raise ValueError(f"{directory} holds a {type(model).__name__}; translation needs a Transformer")
-        if quantize is not None:
-            if quantize not in QUANTIZATIONS:
-                raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
-            if pack:
-                raise ValueError("choose int8 quantization or packed float32 weights, not both")
-            model = quantize_int8(model, inplace=True)  # the float model is not kept
-        elif pack or (pack is None and torch.device(device).type == "cpu" and packing_available()):
-            model = pack_linear_weights(model)
+        model = prepare_for_decoding(model, device, quantize, pack)
         return cls(model, SubwordTokenizer.load(directory), max_src_tokens)
 
     @property
@@ -129,26 +138,23 @@ class Translator:
             bounds = sorted([b for b in bounds if b != (start, end)] + [(start, (start + end) // 2),
                                                                         ((start + end) // 2, end)])
 
-        def source(batch: list[int]) -> Tensor:
-            return pad_sequences([[*ids[i], self.tokenizer.eos_id] for i in batch], self.tokenizer.pad_id).to(
-                self.device)  # (B, S)
-
-        def decode(job: tuple[int, tuple[int, int]]) -> list[list[Hypothesis]]:
+        def decode(job: tuple[int, tuple[int, int]]) -> tuple[Tensor, list[list[Hypothesis]]]:
             b, (start, end) = job
             batch = order[start:end]
-            src = source(batch)
+            src = pad_sequences([[*ids[i], self.tokenizer.eos_id] for i in batch], self.tokenizer.pad_id).to(
+                self.device)  # (B, S)
             max_len = torch.tensor([int(max_len_a * len(ids[i]) + max_len_b) for i in batch], device=self.device)
             if sampling:
-                return [[h] for h in sample(self.model, src, temperature, top_k, top_p, seed + b, max_len,
-                                            alpha=alpha)]
+                return src, [[h] for h in sample(self.model, src, temperature, top_k, top_p, seed + b, max_len,
+                                                 alpha=alpha)]
             if beam == 1:
-                return [[h] for h in greedy(self.model, src, max_len, alpha=alpha)]
-            return beam_search(self.model, src, beam, alpha, nbest, max_len)
+                return src, [[h] for h in greedy(self.model, src, max_len, alpha=alpha)]
+            return src, beam_search(self.model, src, beam, alpha, nbest, max_len)
 
         jobs = list(enumerate(bounds))
-        for (_, (start, end)), hyps in zip(jobs, map_in_workers(decode, jobs, workers), strict=True):
+        for (_, (start, end)), (src, hyps) in zip(jobs, map_in_workers(decode, jobs, workers), strict=True):
             batch = order[start:end]
-            attn = cross_attention(self.model, source(batch), [h[0].tokens for h in hyps]) if attention else None
+            attn = cross_attention(self.model, src, [h[0].tokens for h in hyps]) if attention else None
             for row, (i, sentence_hyps) in enumerate(zip(batch, hyps, strict=True)):
                 results[i] = self._translation(sentence_hyps, None if attn is None else attn[row])
         return results  # type: ignore[return-value]
@@ -170,4 +176,4 @@ class Translator:
                            attention)
 
 
-__all__ = ["Translation", "Translator"]
+__all__ = ["Translation", "Translator", "prepare_for_decoding"]

@@ -97,6 +97,7 @@ class Trainer:
             max(cfg.max_tokens, 2 * cfg.max_len + 4), shuffle=False).rank_batches(0)
         self.step, self.best_metric, self.best_step, self.bad_validations = 0, None, None, 0
         self.elapsed_s = 0.0  # training time so far, across resumes
+        self._last_checkpoint_s = 0.0  # elapsed_s at the previous checkpoint (for max_hours)
         self.history: list[dict[str, Any]] = []
         if resume_from is not None:
             self._restore(resume_from)  # model, optimizer, RNG, data position, schedule
@@ -292,9 +293,10 @@ class Trainer:
     def _out_of_time(self) -> bool:
         """Whether the next checkpoint would come after max_hours (predicted from the time since the last one),
         so that the run ends at the last checkpoint within its budget. Rank 0's clock decides for all."""
+        if self.cfg.max_hours is None:  # the same config on every rank: no collective needed
+            return False
         interval, self._last_checkpoint_s = self.elapsed_s - self._last_checkpoint_s, self.elapsed_s
-        out = self.cfg.max_hours is not None and self.env.is_main and \
-            self.elapsed_s + interval > 3600 * self.cfg.max_hours
+        out = self.env.is_main and self.elapsed_s + interval > 3600 * self.cfg.max_hours
         if out:
             log.info("step %d: stopping, the next checkpoint would pass max_hours %g", self.step, self.cfg.max_hours)
         return bool(all_reduce_sum(float(out), self.env, self.device))
