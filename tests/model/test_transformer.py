@@ -9,6 +9,7 @@ from torch import nn
 
 from qkv import DecoderOnly, EncoderOnly, Transformer, TransformerConfig
 from qkv.model import count_parameters
+from qkv.model.cache import DecoderCache
 from qkv.model.masks import padding_mask
 
 POSITIONAL = ["sinusoidal", "learned", "rope", "relative", "alibi", "none"]
@@ -146,6 +147,28 @@ def test_cache_reorder_follows_beams() -> None:
         full = model.decode(torch.cat([prefix[index], nxt], 1), memory[index], src_mask[index])[:, -1]
     torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
     assert cache.length == 6
+
+
+def test_cache_reorder_reuses_its_buffer_when_dropping_rows() -> None:
+    """Dropping and permuting rows writes them back into the same self-attention buffer (no new buffer per step),
+    and the steps after it (past the buffer's capacity, so it grows) still equal recomputing the prefixes."""
+    model = Transformer(tiny()).eval()
+    src, prefix = random_ids(4, 6), random_ids(4, 12)
+    src_mask = padding_mask(src, 0)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        cache = DecoderCache(len(model.decoder.layers), capacity=4)  # grows twice below
+        for t in range(3):
+            model.decode(prefix[:, t:t + 1], memory, src_mask, cache)
+        buffers = [c._k.data_ptr() for c in cache.self_attn]
+        index = torch.tensor([3, 1])  # two sentences finished, the others swap places
+        cache.reorder(index)
+        assert [c._k.data_ptr() for c in cache.self_attn] == buffers
+        memory, src_mask, prefix = memory[index], src_mask[index], prefix[index]
+        for t in range(3, 12):
+            stepped = model.decode(prefix[:, t:t + 1], memory, src_mask, cache)[:, -1]
+        full = model.decode(prefix, memory, src_mask)[:, -1]
+    torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
 
 
 def test_parameter_counts_match_the_paper() -> None:
