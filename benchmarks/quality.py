@@ -8,7 +8,9 @@ Each result is a recipe in configs/ plus its evaluation: `qkv train` (with --res
 killed run continues exactly), `qkv average` of the last checkpoints, `qkv evaluate` on the test split with
 beam search (Multi30k: tokenized lowercase BLEU against the official references, plus cased sacreBLEU and
 chrF; Tatoeba: sacreBLEU, with the `zh` tokenizer into Chinese). Checkpoints are chosen by the validation
-split only. Writes RUN/result.json and RUN-avg/test.hyp and prints 10 sample translations.
+split only; so is the length penalty α when `--alphas` names several (each decodes the validation split once,
+the best α by the result's metric then decodes the test split). Writes RUN/result.json and RUN-avg/test.hyp
+and prints 10 sample translations.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from qkv.data.named import get_corpus
 
 # name -> (recipe, overrides, corpus, pair, checkpoints averaged, beam)
 RESULTS: dict[str, tuple[str, list[str], str, str, int, int]] = {
@@ -49,22 +53,32 @@ def parse_scores(text: str) -> dict[str, float]:
     return scores
 
 
-def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bool = True) -> dict:
+def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bool = True,
+               alphas: tuple[float, ...] = (0.6,)) -> dict:
     config, overrides, corpus, pair, last, beam = RESULTS[name]
     run, avg = runs / name, runs / f"{name}-avg"
     if train:
         resume = ["--resume"] if (run / "checkpoints").is_dir() else []
         qkv("train", config, "--out", str(run), "--data_dir", data_dir, *overrides, *extra, *resume)
     qkv("average", "--model", str(run), "--last", str(last), "--out", str(avg))
+
+    def evaluate(split: str, alpha: float, *args: str) -> dict[str, float]:
+        text = qkv("evaluate", "--model", str(avg), "--corpus", corpus, "--pair", pair, "--beam", str(beam),
+                   "--alpha", str(alpha), "--split", split, "--data-dir", data_dir, *args, capture=True)
+        print(text)
+        return parse_scores(text)
+
+    splits = get_corpus(corpus).splits  # (train, validation, test)
+    metric = "tok_bleu" if corpus == "multi30k" else "bleu"  # the result's headline metric
+    on_valid = {a: evaluate(splits[1], a)[metric] for a in alphas} if len(alphas) > 1 else {}
+    alpha = max(on_valid, key=on_valid.__getitem__) if on_valid else alphas[0]
     hyp_file = avg / "test.hyp"
-    text = qkv("evaluate", "--model", str(avg), "--corpus", corpus, "--pair", pair, "--beam", str(beam),
-               "--data-dir", data_dir, "--output", str(hyp_file), capture=True)
-    print(text)
+    scores = evaluate(splits[-1], alpha, "--output", str(hyp_file))
     with open(run / "log.csv", newline="") as f:
         log = list(csv.DictReader(f))
     result = {"result": name, "config": config, "overrides": overrides + extra, "pair": pair,
-              "averaged": last, "beam": beam, "steps": int(log[-1]["step"]),
-              "train_hours": float(log[-1]["elapsed_s"]) / 3600, **parse_scores(text),
+              "averaged": last, "beam": beam, "alpha": alpha, "valid_by_alpha": on_valid, "steps": int(log[-1]["step"]),
+              "train_hours": float(log[-1]["elapsed_s"]) / 3600, **scores,
               "samples": samples(corpus, pair, data_dir, hyp_file)}
     for s in result["samples"]:
         print(f"SRC {s['source']}\nREF {s['reference']}\nHYP {s['translation']}\n")
@@ -76,7 +90,7 @@ def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bo
 def samples(corpus: str, pair: str, data_dir: str, hyp_file: Path, n: int = 10) -> list[dict[str, str]]:
     """The first n test sentences: source, reference, translation."""
     from qkv.data.corpus import read_lines
-    from qkv.data.named import get_corpus, named_paths
+    from qkv.data.named import named_paths
 
     src_lang, tgt_lang = pair.split("-")
     src, ref = named_paths(corpus, get_corpus(corpus).splits[-1], src_lang, tgt_lang, data_dir)
@@ -122,13 +136,16 @@ def main() -> int:
     p.add_argument("--runs", default="runs/quality", help="where the runs live (default: runs/quality)")
     p.add_argument("--plot", nargs="+", metavar=("PNG", "LOG_CSV"), help="plot learning curves and exit")
     p.add_argument("--no-train", action="store_true", help="average and evaluate the run as it is")
+    p.add_argument("--alphas", default="0.6,1.0,1.5", help="length penalties to try on the validation split, "
+                   "comma-separated; the best decodes the test split (default: 0.6,1.0,1.5; one value: no search)")
     args, extra = p.parse_known_args()  # extra --key value pairs go to `qkv train`
     if args.plot:
         plot(args.plot[0], args.plot[1:])
         return 0
     if args.result is None:
         p.error("name a result: " + ", ".join(sorted(RESULTS)))
-    run_result(args.result, args.data_dir, Path(args.runs), extra, train=not args.no_train)
+    alphas = tuple(float(a) for a in args.alphas.split(","))
+    run_result(args.result, args.data_dir, Path(args.runs), extra, train=not args.no_train, alphas=alphas)
     return 0
 
 
