@@ -68,8 +68,9 @@ def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bo
         print(text)
         return parse_scores(text)
 
-    splits = get_corpus(corpus).splits  # (train, validation, test)
-    metric = "tok_bleu" if corpus == "multi30k" else "bleu"  # the result's headline metric
+    named = get_corpus(corpus)
+    splits = named.splits  # (train, validation, test)
+    metric = "tok_bleu" if named.tok_splits else "bleu"  # the published metric where official tokenized refs exist
     on_valid = {a: evaluate(splits[1], a)[metric] for a in alphas} if len(alphas) > 1 else {}
     alpha = max(on_valid, key=on_valid.__getitem__) if on_valid else alphas[0]
     hyp_file = avg / "test.hyp"
