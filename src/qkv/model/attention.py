@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cache import KVCache
+from .dropout import Dropout
 from .positions import apply_rotary
 
 
@@ -139,7 +140,7 @@ class MultiHeadedAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = make_score(score, n_heads, self.d_head)
         self.temperature = temperature
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
         """Weights saved when cross-attention kept one fused `in_proj` load into q_proj + kv_proj."""

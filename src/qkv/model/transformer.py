@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from ..config import TransformerConfig
 from .cache import DecoderCache
+from .dropout import Dropout
 from .embedding import TokenEmbedding
 from .layers import DecoderLayer, EncoderLayer, make_norm
 from .masks import causal_mask, padding_mask
@@ -53,7 +54,7 @@ class Stack(nn.Module):
                                                    max_distance=cfg.relative_max_distance)
         elif cfg.positional == "alibi":
             self.score_bias = ALiBi(cfg.n_heads)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         # pre-norm leaves the residual stream un-normalised, so the stack ends with one more norm
         self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_first else nn.Identity()
 
@@ -187,7 +188,7 @@ class EncoderOnly(nn.Module):
                                            make_norm(cfg.norm, cfg.d_model, cfg.norm_eps))
         self.mlm_bias = nn.Parameter(torch.zeros(cfg.src_vocab_size))
         self.pooler = nn.Linear(cfg.d_model, cfg.d_model)  # tanh(W h_[CLS]) as in BERT
-        self.classifier = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(cfg.d_model, n_classes))
+        self.classifier = nn.Sequential(Dropout(cfg.dropout), nn.Linear(cfg.d_model, n_classes))
         init_linear_weights(self)
 
     def forward(self, ids: Tensor) -> Tensor:
