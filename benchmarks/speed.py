@@ -127,7 +127,7 @@ Translate = Callable[[list[list[int]], int], list[list[int]]]  # (sources, batch
 
 
 def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str | None = None,
-               workers: int = 1, pack: bool = True) -> Translate:
+               workers: int = 1, pack: bool | None = None) -> Translate:
     import torch
 
     from qkv.checkpoint import load_model_dir
@@ -201,7 +201,7 @@ def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) ->
     """The engine a worker spec names: "qkv", "hf" or "ct2" (with compute_type, inter, intra)."""
     if spec["engine"] == "qkv":
         return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"), spec.get("workers", 1),
-                          spec.get("pack", True))
+                          spec.get("pack"))
     if spec["engine"] == "hf":
         return hf_engine(work, spec["beam"], min_len, max_len)
     return ct2_engine(work, spec["beam"], min_len, max_len, spec["vocab"], spec["compute_type"], spec["inter"],
