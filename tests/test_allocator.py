@@ -32,5 +32,8 @@ def test_training_step_reuses_freed_memory_only_with_keep_freed_memory() -> None
         return int(out.stdout.strip())
 
     logits_pages = 6000 * 10000 * 4 // 4096
-    assert faults("default") > logits_pages  # munmap on free, fresh pages on the next step
-    assert faults("keep") < logits_pages // 20  # freed blocks are reused as they are (measured: 0)
+    default = faults("default")
+    assert default > 3 * logits_pages  # munmap on free: logits, log-softmax and their grads fault in every step
+    # freed blocks are reused as they are (measured: 0 faults, or in some runs one logits-sized block placed
+    # fresh: heap placement varies); without keep_freed_memory this would equal `default`
+    assert faults("keep") <= default // 3
