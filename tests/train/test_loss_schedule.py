@@ -44,7 +44,27 @@ def test_constant_schedule_warms_up_linearly() -> None:
     assert [f(i) for i in (0, 4, 9, 50)] == [0.1, 0.5, 1.0, 1.0]
     assert lr_multiplier("inverse_sqrt", 100)(399) == pytest.approx(math.sqrt(100 / 400))
     with pytest.raises(ValueError, match="unknown schedule"):
-        lr_multiplier("cosine", 10)
+        lr_multiplier("rsqrt", 10)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_annealed_schedules_warm_up_then_reach_zero_at_max_steps(schedule: str) -> None:
+    """Hand formulas: after warm-up w the factor is 1 at update w+1 and falls to 0 at update `total`."""
+    w, total = 4, 12
+    f = lr_multiplier(schedule, w, total)
+    assert [f(i) for i in range(w)] == [0.25, 0.5, 0.75, 1.0]  # updates 1..4: warm-up
+    for done in range(w, total + 3):
+        left = max(0.0, (total - done) / (total - w))
+        want = left if schedule == "linear" else (1 + math.cos(math.pi * (1 - left))) / 2
+        assert f(done) == pytest.approx(want, abs=1e-12)
+    assert f(w) == 1.0 and 0 < f(total - 1) < f(total - 2) and f(total) == 0.0
+    if schedule == "cosine":  # a cosine stays above the straight line in the first half, below it in the second
+        assert f(w + 1) > lr_multiplier("linear", w, total)(w + 1)
+        assert f(total - 2) < lr_multiplier("linear", w, total)(total - 2)
+    with pytest.raises(ValueError, match="must exceed warmup"):
+        lr_multiplier(schedule, w, w)
+    with pytest.raises(ValueError, match="must exceed warmup"):
+        lr_multiplier(schedule, w)
 
 
 @pytest.mark.parametrize("chunk_tokens", [None, 3, 100])

@@ -189,3 +189,18 @@ def test_max_hours_stops_at_a_checkpoint_and_the_clock_survives_resume(recipe: R
     assert elapsed["2"] < 5000.0 < elapsed["4"] < 5000.0 + 600
     with pytest.raises(ValueError, match="max_hours"):
         recipe(max_hours=0)
+
+
+def test_linear_schedule_anneals_to_zero_at_max_steps(recipe: Recipe, tmp_path: Path) -> None:
+    """The rate logged after each update (the one the next update uses) is peak x the hand formula."""
+    import csv
+
+    cfg = {"schedule": "linear", "warmup": 2, "lr": 1e-3, "max_steps": 6, "valid_every": 3}
+    Trainer(recipe(**cfg), tmp_path / "full").train()
+    with open(tmp_path / "full" / "log.csv", newline="") as f:
+        lrs = {int(r["step"]): float(r["lr"]) for r in csv.DictReader(f) if r["lr"]}
+    want = {s: 1e-3 * (min(1.0, (s + 1) / 2) if s < 2 else (6 - s) / 4) for s in range(1, 7)}
+    assert lrs == pytest.approx(want, abs=1e-12)
+    assert lrs[6] == 0.0
+    with pytest.raises(ValueError, match="must exceed warmup"):
+        recipe(schedule="cosine", warmup=10, max_steps=10)

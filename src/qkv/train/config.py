@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from ..config import PRESETS, TransformerConfig, dataclass_from_dict
-from .schedule import SCHEDULES
+from .schedule import ANNEALED, SCHEDULES
 
 
 @dataclass
@@ -92,6 +92,9 @@ class TrainConfig:
         check(self.valid_metric != "bleu" or self.valid_bleu, "valid_metric 'bleu' needs valid_bleu: true")
         for name in ("max_tokens", "accum_steps", "max_steps", "valid_every", "log_every", "vocab_size", "max_len"):
             check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        check(self.schedule not in ANNEALED or self.max_steps > self.warmup,
+              f"schedule {self.schedule!r} decays to 0 at max_steps, which must exceed warmup "
+              f"({self.max_steps} <= {self.warmup})")
         check(self.max_hours is None or self.max_hours > 0, f"max_hours must be positive, got {self.max_hours}")
         check(0.0 <= self.label_smoothing < 1.0, "label_smoothing must be in [0, 1)")
         has_files = self.train_tsv is not None or (self.train_src is not None and self.train_tgt is not None)

@@ -87,7 +87,8 @@ class Trainer:
         peak = cfg.lr if cfg.lr is not None else paper_peak_lr(self.model_cfg.d_model, cfg.warmup)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=peak, betas=cfg.adam_betas, eps=cfg.adam_eps,
                                           weight_decay=cfg.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(cfg.schedule, cfg.warmup))
+        factor = lr_multiplier(cfg.schedule, cfg.warmup, cfg.max_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
         self.sampler = TokenBatchSampler([len(s) for s in self.data.train_src], [len(t) for t in self.data.train_tgt],
                                          cfg.max_tokens, shuffle=True, seed=cfg.seed, rank=self.env.rank,
                                          world_size=self.env.world_size)
