@@ -141,7 +141,7 @@ def test_cache_reorder_follows_beams() -> None:
         for t in range(5):
             model.decode(prefix[:, t:t + 1], memory, src_mask, cache)
         index = torch.tensor([2, 2, 0, 3])  # beam back-pointers (rows may repeat or vanish)
-        cache.reorder(index)
+        cache.reorder(index, index)  # every row has its own memory row here
         nxt = random_ids(4, 1)
         stepped = model.decode(nxt, memory[index], src_mask[index], cache)[:, -1]
         full = model.decode(torch.cat([prefix[index], nxt], 1), memory[index], src_mask[index])[:, -1]
@@ -162,13 +162,40 @@ def test_cache_reorder_reuses_its_buffer_when_dropping_rows() -> None:
             model.decode(prefix[:, t:t + 1], memory, src_mask, cache)
         buffers = [c._k.data_ptr() for c in cache.self_attn]
         index = torch.tensor([3, 1])  # two sentences finished, the others swap places
-        cache.reorder(index)
+        cache.reorder(index, index)
         assert [c._k.data_ptr() for c in cache.self_attn] == buffers
         memory, src_mask, prefix = memory[index], src_mask[index], prefix[index]
         for t in range(3, 12):
             stepped = model.decode(prefix[:, t:t + 1], memory, src_mask, cache)[:, -1]
         full = model.decode(prefix, memory, src_mask)[:, -1]
     torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 1])
+def test_beams_sharing_a_memory_row_equal_an_expanded_memory(n_kv_heads: int | None) -> None:
+    """g = 3 query rows per memory row (beam search's layout) give the logits and cross-attention weights of
+    repeating each memory row 3 times, cached step by step and recomputed; the cache holds one row per source."""
+    model = Transformer(tiny(n_kv_heads=n_kv_heads)).eval()
+    src = random_ids(2, 6, lengths=[6, 3])
+    prefix = random_ids(6, 4)  # rows 0-2 read source 0, rows 3-5 source 1
+    src_mask = padding_mask(src, 0)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        wide, wide_mask = memory.repeat_interleave(3, 0), src_mask.repeat_interleave(3, 0)
+        shared, expanded = model.new_cache(), model.new_cache()
+        for t in range(4):
+            stepped = model.decode(prefix[:, t:t + 1], memory, src_mask, shared)
+            want = model.decode(prefix[:, t:t + 1], wide, wide_mask, expanded)
+            torch.testing.assert_close(stepped, want, atol=1e-5, rtol=1e-5)
+        assert shared.cross_attn is not None and shared.cross_attn[0].keys.size(0) == 2
+        hidden, weights = model.decoder(prefix, memory, src_mask, need_weights=True)
+        hidden_wide, weights_wide = model.decoder(prefix, wide, wide_mask, need_weights=True)
+    torch.testing.assert_close(hidden, hidden_wide, atol=1e-5, rtol=1e-5)
+    for w, w_wide in zip(weights, weights_wide, strict=True):
+        assert w is not None and w_wide is not None
+        torch.testing.assert_close(w, w_wide, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="cannot share"):
+        model.decode(random_ids(5, 1), memory, src_mask)
 
 
 def test_parameter_counts_match_the_paper() -> None:

@@ -10,8 +10,9 @@ Every function takes a model in eval mode and a batch of inputs, and returns one
 The loop is the one of the paper's inference: encode the source once, then feed one token at a time to
 `model.decode(step_ids (R, 1), memory, memory_mask, cache)`, whose `DecoderCache` keeps the self-attention
 keys/values of the prefix and the cross-attention keys/values of the memory (computed at the first step).
-`cache.reorder(index)` follows beam search's back-pointers and also drops the rows of finished sentences,
-so a finished sentence costs nothing. With `use_cache=False` every step recomputes the whole prefix;
+The memory keeps one row per sentence: the beams of a sentence are consecutive rows that share it.
+`cache.reorder(index, sentences)` follows beam search's back-pointers and also drops the rows of finished
+sentences, so a finished sentence costs nothing. With `use_cache=False` every step recomputes the whole prefix;
 the cache is a pure speed-up and both give the same ids.
 
 Conventions shared by all searches:
@@ -91,8 +92,8 @@ class _Rows:
         cfg = self.cfg = model.config
         self.model = model
         bos = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
-        self.memory: Tensor | None = None  # (R, S, D)
-        self.memory_mask: Tensor | None = None  # (R, 1, 1, S)
+        self.memory: Tensor | None = None  # (B, S, D): one row per sentence, shared by its R / B rows
+        self.memory_mask: Tensor | None = None  # (B, 1, 1, S)
         if isinstance(model, DecoderOnly):
             if (src == cfg.pad_id).any():
                 raise ValueError("decoder-only prompts in one batch must have the same length (no padding)")
@@ -117,18 +118,18 @@ class _Rows:
         """The tokens generated so far by rows `index` (N,)."""
         return self.ys[index, self.start :].tolist()
 
-    def reorder(self, index: Tensor, same_sources: bool = False) -> None:
+    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
         """Keep rows `index` (R',), in that order (beam back-pointers; dropping finished rows).
 
-        same_sources: every row keeps a row with the same source (beams moving within their sentence),
-        so the memory and the cross-attention caches stay as they are.
+        sentences (B',): the sentences kept, when some leave the batch; the rows of `index` must then be
+        theirs, in consecutive groups in that order. None: no sentence leaves (the memory stays as it is).
         """
         self.ys = self.ys.index_select(0, index)
         if self.cache is not None:
-            self.cache.reorder(index, cross=not same_sources)
-        if self.memory is not None and self.memory_mask is not None and not same_sources:
-            self.memory = self.memory.index_select(0, index)
-            self.memory_mask = self.memory_mask.index_select(0, index)
+            self.cache.reorder(index, sentences)
+        if self.memory is not None and self.memory_mask is not None and sentences is not None:
+            self.memory = self.memory.index_select(0, sentences)
+            self.memory_mask = self.memory_mask.index_select(0, sentences)
 
     def append(self, tokens: Tensor) -> None:
         """Extend every row's prefix by its token: tokens (R,)."""
@@ -174,7 +175,7 @@ def _single_path(model: Model, src: Tensor, pick: Callable[[Tensor], Tensor], ma
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
-            rows.reorder(keep)
+            rows.reorder(keep, keep)
             sentence, logprob, tokens = sentence[keep], logprob[keep], tokens[keep]
         rows.append(tokens)
     assert all(h is not None for h in out)  # eos is forced at max_len
@@ -284,15 +285,14 @@ def beam_search(model: Model, src: Tensor, beam: int = 4, alpha: float = 0.6, nb
         scores, origin, tokens = top.gather(1, go_on), origin.gather(1, go_on), tokens.gather(1, go_on)
         can_win = scores[:, 0] / length_penalty(step + 1, alpha) > kth_best  # best alive, scored at this length
         alive = ((n_finished < beam) | can_win) & (step < limit[sentence])  # (Ba,)
-        same_sources = n == beam  # beams only move within their sentence (step 0 expands 1 row to `beam`)
+        keep = None  # every sentence goes on: beams only move within their sentence
         if not alive.all():
-            keep = alive.nonzero().squeeze(1)
+            keep = alive.nonzero().squeeze(1)  # finished sentences leave the batch
             if keep.numel() == 0:
                 break
             sentence, n_finished, kth_best = sentence[keep], n_finished[keep], kth_best[keep]
             scores, origin, tokens = scores[keep], origin[keep], tokens[keep]
-            same_sources = False  # finished sentences leave the batch
-        rows.reorder(origin.view(-1), same_sources)
+        rows.reorder(origin.view(-1), keep)
         rows.append(tokens.view(-1))
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in finished]
 

@@ -186,6 +186,11 @@ class MultiHeadedAttention(nn.Module):
         scores (relative positions, ALiBi). rotary: (cos, sin) (T, Dh) for the T new positions (RoPE).
         cache: self-attention appends the new keys/values; cross-attention computes them on first use.
         Returns the output (B, T, D) and, if need_weights, the weights (B, H, T, S).
+
+        Cross-attention also takes a memory of B_m = B / g rows (and a mask of B_m rows, keys only): query rows
+        come in consecutive groups of g that share one memory row — beam search's g beams of a sentence. The
+        g queries of a group are stacked along T and attend to their memory row in one product, so the
+        memory's keys and values are computed, stored and read once per source, not once per beam.
         """
         B, T, _ = query.shape
         if (memory is not None) != self.cross:
@@ -205,8 +210,26 @@ class MultiHeadedAttention(nn.Module):
                     cache.set_static(k, v)
             else:
                 k, v = cache.keys, cache.values
+            if k.size(0) != B:  # g query rows per memory row
+                return self._grouped_cross(q, k, v, mask, bias, need_weights)
         out, weights = self.attend(q, k, v, mask, bias, need_weights)
         out = out.transpose(1, 2).reshape(B, T, self.q_dim)  # concat heads: (B, T, H*Dh)
+        return self.out_proj(out), weights
+
+    def _grouped_cross(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
+                       need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """Cross-attention of B = B_m * g query rows over B_m memory rows. q (B, H, T, Dh), k/v (B_m, H_kv, S, Dh)."""
+        B, H, T, Dh = q.shape
+        Bm = k.size(0)
+        if B % Bm or bias is not None or (mask is not None and (mask.size(0) not in (1, Bm) or mask.size(2) != 1)):
+            raise ValueError(f"{B} query rows cannot share {Bm} memory rows (need a multiple, a key-only mask "
+                             "of one row per memory row, and no bias)")
+        g = B // Bm
+        q = q.view(Bm, g, H, T, Dh).transpose(1, 2).reshape(Bm, H, g * T, Dh)  # a group's queries stacked
+        out, weights = self.attend(q, k, v, mask, None, need_weights)  # (B_m, H, g*T, Dh)
+        out = out.view(Bm, H, g, T, Dh).permute(0, 2, 3, 1, 4).reshape(B, T, self.q_dim)  # (B, T, H*Dh)
+        if weights is not None:
+            weights = weights.view(Bm, H, g, T, -1).transpose(1, 2).reshape(B, H, T, -1)  # (B, H, T, S)
         return self.out_proj(out), weights
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,

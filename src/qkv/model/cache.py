@@ -3,7 +3,9 @@
 At decoding step t the decoder sees only the newest token. Its self-attention needs the keys and values
 of all earlier target positions (they grow by one per step); its cross-attention needs the keys and
 values of the source memory (computed once per source, then reused). `DecoderCache` holds both, one
-`KVCache` per attention module, and `reorder(index)` follows beam search (or drops finished sentences).
+`KVCache` per attention module, and `reorder(index, cross_index)` follows beam search (or drops finished
+sentences): the self-attention caches have one row per hypothesis, the cross-attention caches one row per
+source, which all the hypotheses of that source read (see `MultiHeadedAttention.forward`).
 """
 
 from __future__ import annotations
@@ -95,14 +97,19 @@ class DecoderCache:
         """Number of target positions already decoded (the position of the next token)."""
         return self.self_attn[0].length if self.self_attn else 0
 
-    def reorder(self, index: Tensor, cross: bool = True) -> None:
-        """Reorder every layer's cache along the batch: index (B',) LongTensor of rows to keep.
+    def reorder(self, index: Tensor, cross_index: Tensor | None = None) -> None:
+        """Keep rows `index` (R',) of the self-attention caches and rows `cross_index` (B',) of the
+        cross-attention caches, in that order.
 
-        cross=False leaves the cross-attention caches alone: right when `index` only moves rows among
-        rows that share their source (the beams of one sentence), whose memory keys/values are equal.
+        The cross-attention caches hold one row per memory row (source). cross_index None leaves them as they
+        are: right when `index` only moves rows among those sharing a source (the beams of one sentence);
+        pass the kept sources when some leave the batch (or `index` itself when every row has its own memory).
         """
-        for c in self.self_attn + ((self.cross_attn or []) if cross else []):
+        for c in self.self_attn:
             c.reorder(index)
+        if cross_index is not None:
+            for c in self.cross_attn or []:
+                c.reorder(cross_index)
 
     def layer(self, i: int) -> tuple[KVCache, KVCache | None]:
         return self.self_attn[i], None if self.cross_attn is None else self.cross_attn[i]
