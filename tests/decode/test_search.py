@@ -199,6 +199,31 @@ def test_top_p_keeps_the_minimal_nucleus() -> None:
         filter_logits(logits, top_p=0.0)
 
 
+def test_the_cache_is_allocated_once_at_the_longest_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The self-attention buffers are sized for bos (+ prompt) + max_len fed positions, once, and never grow
+    (the default capacity, 64, would have grown at 70)."""
+    from qkv.model import KVCache
+
+    grown: list[int] = []
+    original = KVCache._grow
+
+    def record(self: KVCache, k: Tensor, v: Tensor, capacity: int) -> None:
+        grown.append(capacity)
+        original(self, k, v, capacity)
+
+    monkeypatch.setattr(KVCache, "_grow", record)
+    model = tiny_model(ending=False)
+    layers = len(model.decoder.layers)
+    greedy(model, batch(random_sources(3)), min_len=70, max_len=70)
+    assert grown == [71] * layers
+    grown.clear()
+    beam_search(model, batch(random_sources(3)), beam=4, min_len=70, max_len=70)
+    assert grown == [71] * layers
+    grown.clear()
+    greedy(DecoderOnly(tiny_config()).eval(), torch.randint(4, V, (2, 6)), min_len=9, max_len=9)
+    assert grown == [16] * layers  # bos + 6 prompt tokens + 9 fed
+
+
 def test_decoder_only_prompts() -> None:
     torch.manual_seed(0)
     model = DecoderOnly(tiny_config()).eval()

@@ -86,7 +86,7 @@ def max_lengths(model: Model, src: Tensor, max_len: int | Tensor | None) -> Tens
 class _Rows:
     """The rows being decoded: their prefixes, the model state for them, and the next-token log-probs."""
 
-    def __init__(self, model: Model, src: Tensor, use_cache: bool) -> None:
+    def __init__(self, model: Model, src: Tensor, use_cache: bool, max_len: int) -> None:
         if model.training:
             raise ValueError("decoding needs model.eval() (dropout would make it random)")
         cfg = self.cfg = model.config
@@ -103,7 +103,8 @@ class _Rows:
             self.memory = model.encode(src, self.memory_mask)
             self.ys = bos  # (R, 1)
         self.start = self.ys.size(1)  # generated tokens begin at this column
-        self.cache = model.new_cache() if use_cache else None
+        # the decoder is fed at most start + max_len positions (the last token, eos, is not fed back)
+        self.cache = model.new_cache(capacity=self.start + max_len) if use_cache else None
 
     def log_probs(self) -> Tensor:
         """log P(next token | prefix) for every row: (R, V), float32."""
@@ -157,8 +158,8 @@ def _single_path(model: Model, src: Tensor, pick: Callable[[Tensor], Tensor], ma
     """Decode one hypothesis per row, `pick` choosing each next token from the log-probs (R, V) -> (R,)."""
     if src.size(0) == 0:
         return []
-    rows = _Rows(model, src, use_cache)
     limit = max_lengths(model, src, max_len)  # (B,)
+    rows = _Rows(model, src, use_cache, int(limit.max()))
     sentence = torch.arange(src.size(0), device=src.device)  # (R,) input row of each decoded row
     logprob = torch.zeros(src.size(0), device=src.device)  # (R,)
     out: list[Hypothesis | None] = [None] * src.size(0)
@@ -252,9 +253,9 @@ def beam_search(model: Model, src: Tensor, beam: int = 4, alpha: float = 0.6, nb
         raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
     if src.size(0) == 0:
         return []
-    rows = _Rows(model, src, use_cache)
-    eos = rows.cfg.eos_id
     limit = max_lengths(model, src, max_len)  # (B,)
+    rows = _Rows(model, src, use_cache, int(limit.max()))
+    eos = rows.cfg.eos_id
     device = src.device
     sentence = torch.arange(src.size(0), device=device)  # (Ba,) input row of each alive sentence
     scores = torch.zeros(src.size(0), 1, device=device)  # (Ba, n) summed log-probs of the alive hypotheses

@@ -167,9 +167,10 @@ class Transformer(nn.Module):
         hidden, _ = self.decoder(tgt_ids, memory, memory_mask, cache)
         return self.generator(hidden)
 
-    def new_cache(self) -> DecoderCache:
-        """An empty cache for incremental decoding with this model."""
-        return DecoderCache(len(self.decoder.layers), cross_attention=True)
+    def new_cache(self, capacity: int = 64) -> DecoderCache:
+        """An empty cache for incremental decoding with this model, with room for `capacity` target positions
+        before its buffers grow (give the longest output, + 1 for bos, to allocate once and no more)."""
+        return DecoderCache(len(self.decoder.layers), cross_attention=True, capacity=capacity)
 
     def num_parameters(self) -> int:
         """Trainable and frozen parameters, each shared tensor counted once."""
@@ -223,8 +224,9 @@ class DecoderOnly(nn.Module):
         hidden, _ = self.decoder(ids, cache=cache)
         return self.lm_head(hidden)
 
-    def new_cache(self) -> DecoderCache:
-        return DecoderCache(len(self.decoder.layers), cross_attention=False)
+    def new_cache(self, capacity: int = 64) -> DecoderCache:
+        """An empty cache with room for `capacity` positions (prompt included) before its buffers grow."""
+        return DecoderCache(len(self.decoder.layers), cross_attention=False, capacity=capacity)
 
 
 def count_parameters(config: TransformerConfig) -> int:
