@@ -163,7 +163,10 @@ class Transformer(nn.Module):
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
                cache: DecoderCache | None = None) -> Tensor:
-        """tgt_ids (B, T) -> logits (B, T, V). With `cache`, tgt_ids are the next positions only."""
+        """tgt_ids (R, T) -> logits (R, T, V). With `cache`, tgt_ids are the next positions only.
+
+        memory (B, S, D) has one row per source; R is a multiple of B, and consecutive groups of R / B target
+        rows (beam search's hypotheses of one sentence) share a memory row."""
         hidden, _ = self.decoder(tgt_ids, memory, memory_mask, cache)
         return self.generator(hidden)
 
