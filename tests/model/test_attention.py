@@ -162,16 +162,20 @@ def test_fully_masked_rows_are_zero_and_gradients_finite() -> None:
 
 
 @pytest.mark.parametrize("n_kv_heads", [4, 2])
-def test_single_query_fast_path_equals_fused_kernel(n_kv_heads: int) -> None:
-    """Beam search over a batch decodes one query for B*H >= 512 rows: that CPU path must equal F.sdpa."""
+@pytest.mark.parametrize(("queries", "per_query_mask"), [(1, False), (3, False), (3, True)])
+def test_few_queries_fast_path_equals_fused_kernel(n_kv_heads: int, queries: int, per_query_mask: bool) -> None:
+    """Beam search over a batch decodes one query per row (or per beam, stacked) for B*H*T >= 512 query rows:
+    that CPU path must equal F.sdpa, with a key-only padding mask or a per-query mask and a per-head bias."""
     mha = MultiHeadedAttention(D, H, n_kv_heads=n_kv_heads).eval()
-    rows, Dh = 130, D // H  # 130 * 4 heads = 520 rows
-    q = torch.randn(rows, H, 1, Dh)
+    rows, Dh = 130, D // H  # 130 * 4 heads = 520 query rows at one query each
+    q = torch.randn(rows, H, queries, Dh)
     k, v = torch.randn(rows, n_kv_heads, S, Dh), torch.randn(rows, n_kv_heads, S, Dh)
     ids = torch.ones(rows, S, dtype=torch.long)
     ids[::3, 4:] = 0
     ids[1] = 0  # a fully padded source row: zeros, as F.sdpa gives
-    mask, bias = padding_mask(ids, 0), torch.randn(1, H, 1, S)
+    mask, bias = padding_mask(ids, 0), torch.randn(1, H, queries, S)
+    if per_query_mask:  # (B, 1, T, S): query t also may not see the last t keys
+        mask = mask & ~torch.ones(queries, S, dtype=torch.bool).tril(-1).flip(1)[None, None]
     fast, _ = mha.attend(q, k, v, mask, bias, need_weights=False)
     expected = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")), scale=Dh**-0.5, enable_gqa=n_kv_heads != H)
