@@ -41,6 +41,18 @@ def test_resume_continues_exactly(tmp_path: Path, recipe: Recipe) -> None:
     assert state["sampler"]["epoch"] >= 1  # the run did cross into a second epoch
 
 
+def test_a_resumed_log_keeps_its_rows_on_disk_before_the_first_new_one(tmp_path: Path, recipe: Recipe) -> None:
+    """Resuming rewrites log.csv without the rows past the checkpoint; the kept rows must be on disk at once
+    (a run killed before its next log row once left an empty log.csv: the rows sat in a write buffer)."""
+    Trainer(recipe(max_steps=4, valid_every=2), tmp_path).train()
+    before = (tmp_path / "log.csv").read_text()
+    log_file, _ = Trainer(recipe(max_steps=8, valid_every=2), tmp_path, resume=True)._csv_log()
+    try:
+        assert (tmp_path / "log.csv").read_text() == before
+    finally:
+        log_file.close()
+
+
 def test_a_run_is_not_overwritten_without_resume(tmp_path: Path, recipe: Recipe) -> None:
     Trainer(recipe(max_steps=3), tmp_path).train()
     with pytest.raises(ValueError, match="--resume"):

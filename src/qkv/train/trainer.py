@@ -310,11 +310,14 @@ class Trainer:
             with open(path, newline="") as f:
                 rows = [r for r in csv.DictReader(f)
                         if (r.get("step") or "").isdigit() and int(r["step"]) <= self.step and None not in r.values()]
-        f = open(path, "w", newline="")  # noqa: SIM115 - closed in train()
-        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        return f, writer
+        tmp = path.with_suffix(".csv.tmp")  # the kept rows replace the log in one rename: a kill loses none
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=LOG_FIELDS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        tmp.replace(path)
+        f = open(path, "a", newline="")  # noqa: SIM115 - closed in train()
+        return f, csv.DictWriter(f, fieldnames=LOG_FIELDS, extrasaction="ignore")
 
     def _tensorboard(self) -> Any:
         if not self.cfg.tensorboard:
