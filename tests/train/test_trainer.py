@@ -214,5 +214,7 @@ def test_linear_schedule_anneals_to_zero_at_max_steps(recipe: Recipe, tmp_path: 
     want = {s: 1e-3 * (min(1.0, (s + 1) / 2) if s < 2 else (6 - s) / 4) for s in range(1, 7)}
     assert lrs == pytest.approx(want, abs=1e-12)
     assert lrs[6] == 0.0
-    with pytest.raises(ValueError, match="must exceed warmup"):
+    with pytest.raises(ValueError, match="TrainConfig: schedule 'cosine' decays to 0 at max_steps, which must exceed"):
         recipe(schedule="cosine", warmup=10, max_steps=10)
+    with pytest.raises(ValueError, match="TrainConfig: unknown schedule 'rsqrt'"):
+        recipe(schedule="rsqrt")

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from ..config import PRESETS, TransformerConfig, dataclass_from_dict
-from .schedule import ANNEALED, SCHEDULES
+from .schedule import lr_multiplier
 
 
 @dataclass
@@ -86,15 +86,15 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig: {msg}")
 
         check(self.preset in PRESETS, f"preset={self.preset!r}; choose from {sorted(PRESETS)}")
-        check(self.schedule in SCHEDULES, f"schedule={self.schedule!r}; choose from {SCHEDULES}")
         check(self.subword in ("unigram", "bpe"), f"subword={self.subword!r}; choose 'unigram' or 'bpe'")
         check(self.valid_metric in ("bleu", "loss"), f"valid_metric={self.valid_metric!r}; choose 'bleu' or 'loss'")
         check(self.valid_metric != "bleu" or self.valid_bleu, "valid_metric 'bleu' needs valid_bleu: true")
         for name in ("max_tokens", "accum_steps", "max_steps", "valid_every", "log_every", "vocab_size", "max_len"):
             check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        check(self.schedule not in ANNEALED or self.max_steps > self.warmup,
-              f"schedule {self.schedule!r} decays to 0 at max_steps, which must exceed warmup "
-              f"({self.max_steps} <= {self.warmup})")
+        try:  # the schedule checks its own arguments: an unknown name, an annealed one without room to decay
+            lr_multiplier(self.schedule, self.warmup, self.max_steps)
+        except ValueError as e:
+            raise ValueError(f"TrainConfig: {e}") from e
         check(self.max_hours is None or self.max_hours > 0, f"max_hours must be positive, got {self.max_hours}")
         check(0.0 <= self.label_smoothing < 1.0, "label_smoothing must be in [0, 1)")
         has_files = self.train_tsv is not None or (self.train_src is not None and self.train_tgt is not None)
