@@ -256,9 +256,10 @@ class MultiHeadedAttention(nn.Module):
     def _few_queries(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None) -> Tensor:
         """A few queries per row (incremental decoding: one per row, or one per beam with the beams of a sentence
         stacked) in eval mode on the CPU: from B*H*T = 512 query rows on, two plain matmuls beat the fused
-        kernel (torch 2.13, 2 cores: 0.93 vs 2.5 ms at 128 x 8 heads x 1 query, 0.46 vs 0.58 ms at 32 x 8 x 4;
-        below 256 rows the fused kernel wins). The query heads of a group share their key/value head, so they
-        are stacked as that head's queries: no copy of k, v. q (B, H, T, Dh) -> (B, H, T, Dh)."""
+        kernel (torch 2.13, one thread, 26 keys: 0.93 vs 2.5 ms at 128 x 8 heads x 1 query, 0.46 vs 0.58
+        ms at 32 x 8 x 4; at 8 x 8 x 4 = 256 rows the fused kernel wins). The query heads of a group share their
+        key/value head, so they are stacked as that head's queries: no copy of k, v.
+        q (B, H, T, Dh) -> (B, H, T, Dh)."""
         B, H, T, Dh = q.shape
         q = q.reshape(B, self.n_kv_heads, H // self.n_kv_heads * T, Dh)  # (B, H_kv, group*T, Dh)
         mask, bias = (None if m is None else self._stack_queries(m, H, T) for m in (mask, bias))
