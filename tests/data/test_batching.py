@@ -130,3 +130,18 @@ def test_too_long_example_raises():
 def test_empty_dataset_has_no_batches():
     sampler = TokenBatchSampler([], [], max_tokens=100)
     assert len(sampler) == 0 and list(sampler) == []
+
+
+def test_set_lengths_recuts_the_batches_and_keeps_the_position():
+    src, tgt = translation_lengths(2000)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=800, seed=3)
+    next(iter(sampler))
+    longer_src, longer_tgt = src + 5, tgt + 5  # as a re-segmentation into smaller pieces makes them
+    sampler.set_lengths(longer_src, longer_tgt)
+    assert (sampler.epoch, sampler.position) == (0, 1)
+    fresh = TokenBatchSampler(longer_src, longer_tgt, max_tokens=800, seed=3)
+    assert sampler.rank_batches(0) == fresh.rank_batches(0) != TokenBatchSampler(src, tgt, 800, seed=3).rank_batches(0)
+    for indices in sampler.rank_batches(0):
+        assert len(indices) * max(longer_src[indices].max() + 1, longer_tgt[indices].max() + 2) <= 800
+    with pytest.raises(ValueError, match="1999 source lengths but 2000"):
+        sampler.set_lengths(src[1:], tgt)

@@ -3,7 +3,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from qkv.data.tokenizer import SubwordTokenizer, auto_character_coverage
+from qkv.data.tokenizer import SubwordTokenizer, auto_character_coverage, seed_sampling
 
 EN_WORDS = "a man woman dog runs over green grass in the park child plays with red blue ball"
 DE_WORDS = "ein mann frau hund läuft über grünes gras im park kind spielt mit rotem blauen ball"
@@ -94,3 +94,18 @@ def test_load_equals_original(tmp_path, corpus, joint):
 def test_rejects_unknown_model_type(tmp_path, corpus):
     with pytest.raises(ValueError, match="model_type"):
         SubwordTokenizer.train(*corpus, tmp_path, model_type="word")
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_subword_dropout_samples_lossless_segmentations_that_a_seed_repeats(tmp_path, corpus, model_type):
+    src = corpus[0]
+    tok = SubwordTokenizer.train(*corpus, tmp_path, vocab_size=100, model_type=model_type)
+    fixed = tok.encode_src(src)
+    draws = []
+    for seed in (0, 0, 1):
+        seed_sampling(seed)
+        draws.append(tok.encode_src(src, dropout=0.1))
+    assert draws[0] == draws[1] != draws[2]
+    assert draws[0] != fixed and sum(map(len, draws[0])) > sum(map(len, fixed))  # smaller pieces
+    assert tok.decode_src(draws[0]) == tok.decode_src(draws[2]) == src
+    assert tok.encode_src(src) == fixed  # sampling is per call, not a mode

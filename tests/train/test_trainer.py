@@ -25,10 +25,12 @@ def weights(run: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(str(run / "checkpoints" / f"step_{step:08d}" / "model.safetensors"))
 
 
-def test_resume_continues_exactly(tmp_path: Path, recipe: Recipe) -> None:
+@pytest.mark.parametrize("sampled", [False, True], ids=["fixed-subwords", "subword-dropout"])
+def test_resume_continues_exactly(tmp_path: Path, recipe: Recipe, sampled: bool) -> None:
     """Stop after 3 updates, resume to 7: the same parameters (bit for bit) as 7 updates in one go.
-    Dropout is on, so the RNG state must be restored too, and 7 crosses an epoch boundary."""
-    small = {"synthetic_train": 120}  # a few batches per epoch
+    Dropout is on, so the RNG state must be restored too, and 7 crosses an epoch boundary; with subword
+    dropout the resumed epoch must draw the same segmentation."""
+    small = {"synthetic_train": 120, **({"subword": "bpe", "subword_dropout": 0.1} if sampled else {})}
     Trainer(recipe(max_steps=7, **small), tmp_path / "full").train()
     Trainer(recipe(max_steps=3, **small), tmp_path / "split").train()
     result = Trainer(recipe(max_steps=7, **small), tmp_path / "split", resume=True).train()
@@ -218,3 +220,17 @@ def test_linear_schedule_anneals_to_zero_at_max_steps(recipe: Recipe, tmp_path: 
         recipe(schedule="cosine", warmup=10, max_steps=10)
     with pytest.raises(ValueError, match="TrainConfig: unknown schedule 'rsqrt'"):
         recipe(schedule="rsqrt")
+
+
+def test_subword_dropout_draws_a_new_segmentation_every_epoch(tmp_path: Path, recipe: Recipe) -> None:
+    trainer = Trainer(recipe(subword="bpe", subword_dropout=0.1), tmp_path)
+    d, tok = trainer.data, trainer.data.tokenizer
+    draws = []
+    for epoch in (0, 1, 0):
+        trainer.sampler.set_epoch(epoch)
+        src, tgt = trainer._epoch_ids()
+        assert tok.decode_src(src) == d.train.src and tok.decode_tgt(tgt) == d.train.tgt
+        assert list(trainer.sampler.tgt_sizes - 2) == [len(t) for t in tgt]  # the batches follow the draw
+        draws.append((src, tgt))
+    assert draws[0] == draws[2] != draws[1]
+    assert draws[0][1] != d.train_tgt and draws[0][0] != d.train_src

@@ -123,25 +123,30 @@ class TokenBatchSampler:
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        if len(src_lens) != len(tgt_lens):
-            raise ValueError(f"{len(src_lens)} source lengths but {len(tgt_lens)} target lengths")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
+        self.rank, self.world_size = rank, world_size
+        self.epoch, self.position = 0, 0
+        self.set_lengths(src_lens, tgt_lens)
+
+    def set_lengths(self, src_lens: Sequence[int], tgt_lens: Sequence[int]) -> None:
+        """Batch examples of these lengths from now on (the epoch and position stay): for a training set
+        whose segmentation is sampled anew every epoch. Call it before the epoch's first batch."""
+        if len(src_lens) != len(tgt_lens):
+            raise ValueError(f"{len(src_lens)} source lengths but {len(tgt_lens)} target lengths")
         self.src_sizes = np.asarray(src_lens, dtype=np.int64) + SRC_SPECIALS
         self.tgt_sizes = np.asarray(tgt_lens, dtype=np.int64) + TGT_SPECIALS
-        too_long = np.flatnonzero(np.maximum(self.src_sizes, self.tgt_sizes) > max_tokens)
+        too_long = np.flatnonzero(np.maximum(self.src_sizes, self.tgt_sizes) > self.max_tokens)
         if too_long.size:
             i = int(too_long[0])
             raise ValueError(
                 f"example {i} (source {src_lens[i]}, target {tgt_lens[i]} tokens plus specials) does not "
-                f"fit in max_tokens={max_tokens}; filter long examples out first "
+                f"fit in max_tokens={self.max_tokens}; filter long examples out first "
                 f"({too_long.size} example(s) too long)"
             )
-        self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
-        self.rank, self.world_size = rank, world_size
-        self.epoch, self.position = 0, 0
         order = self._sorted_order(None)
-        self.bounds = cut_into_batches(self.src_sizes[order], self.tgt_sizes[order], max_tokens)
+        self.bounds = cut_into_batches(self.src_sizes[order], self.tgt_sizes[order], self.max_tokens)
 
     def _sorted_order(self, rng: np.random.Generator | None) -> np.ndarray:
         """(N,) example indices sorted by (target size, source size), ties in random order if rng."""

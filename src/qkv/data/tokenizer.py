@@ -80,6 +80,25 @@ def _train_model(
     return model.getvalue()
 
 
+def seed_sampling(seed: int) -> None:
+    """Seed SentencePiece's sampler: `encode_*(..., dropout > 0)` calls that follow (in this thread) then draw
+    the same segmentations every time."""
+    spm.set_random_generator_seed(seed)
+
+
+def _encode(sp: spm.SentencePieceProcessor, texts: list[str], dropout: float) -> list[list[int]]:
+    """Ids of `texts`; with `dropout` > 0, a segmentation sampled afresh on every call (subword regularization).
+
+    For a BPE model this is BPE-dropout (Provilkov et al., 2020): each merge is skipped with probability
+    `dropout`, so words come out in smaller, varying pieces (0.1 is the paper's value). For a unigram model
+    it samples from the segmentation lattice with SentencePiece's smoothing `alpha` = `dropout` (Kudo, 2018).
+    One thread, so that `seed_sampling` makes the draws reproducible.
+    """
+    if dropout == 0.0:
+        return sp.encode(texts, out_type=int)
+    return sp.encode(texts, out_type=int, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1)
+
+
 def _strip_specials(ids: list[int]) -> list[int]:
     """Cut `ids` at the first eos and drop pad and bos."""
     if EOS_ID in ids:
@@ -171,13 +190,13 @@ class SubwordTokenizer:
     def tgt_vocab_size(self) -> int:
         return self.tgt_sp.get_piece_size()
 
-    def encode_src(self, texts: list[str]) -> list[list[int]]:
-        """Sentences -> subword ids, without bos/eos (the batcher adds them)."""
-        return self.src_sp.encode(texts, out_type=int)
+    def encode_src(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
+        """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see `_encode`."""
+        return _encode(self.src_sp, texts, dropout)
 
-    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
-        """Sentences -> subword ids, without bos/eos (the batcher adds them)."""
-        return self.tgt_sp.encode(texts, out_type=int)
+    def encode_tgt(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
+        """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see `_encode`."""
+        return _encode(self.tgt_sp, texts, dropout)
 
     def decode_src(self, ids: list[list[int]]) -> list[str]:
         """Ids -> sentences; each sequence stops at its first eos, and pad and bos are skipped."""

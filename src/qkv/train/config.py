@@ -41,6 +41,7 @@ class TrainConfig:
     subword: str = "unigram"  # or "bpe"
     joint_vocab: bool = True
     character_coverage: float | None = None  # None: 0.9995 for CJK text, 1.0 otherwise
+    subword_dropout: float = 0.0  # > 0: training pairs re-segmented every epoch with BPE-dropout of this rate
     # --- model: a preset plus any TransformerConfig field
     preset: str = "base"
     model: dict[str, Any] = field(default_factory=dict)
@@ -97,6 +98,7 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: {e}") from e
         check(self.max_hours is None or self.max_hours > 0, f"max_hours must be positive, got {self.max_hours}")
         check(0.0 <= self.label_smoothing < 1.0, "label_smoothing must be in [0, 1)")
+        check(0.0 <= self.subword_dropout < 1.0, f"subword_dropout must be in [0, 1), got {self.subword_dropout}")
         has_files = self.train_tsv is not None or (self.train_src is not None and self.train_tgt is not None)
         check(self.corpus is not None or has_files,
               "no training data: set corpus (multi30k, tatoeba-zh-en, synthetic) or train_src + train_tgt "

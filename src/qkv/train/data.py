@@ -10,7 +10,7 @@ from pathlib import Path
 from ..data.corpus import ParallelCorpus, clean, load_parallel, load_tsv
 from ..data.named import get_corpus, load_named
 from ..data.synthetic import synthetic_splits
-from ..data.tokenizer import SubwordTokenizer
+from ..data.tokenizer import SubwordTokenizer, seed_sampling
 from .config import TrainConfig
 
 log = logging.getLogger("qkv.train")
@@ -19,7 +19,8 @@ log = logging.getLogger("qkv.train")
 @dataclass
 class EncodedData:
     tokenizer: SubwordTokenizer
-    train_src: list[list[int]]
+    train: ParallelCorpus  # raw text of the pairs kept, for segmentations sampled per epoch
+    train_src: list[list[int]]  # their ids, segmented deterministically
     train_tgt: list[list[int]]
     valid: ParallelCorpus | None  # raw text, for BLEU
     valid_src: list[list[int]]
@@ -92,4 +93,21 @@ def prepare_data(cfg: TrainConfig, out_dir: Path, train_tokenizer: bool) -> Enco
     # validation pairs are never dropped; over-long ones are cut for the loss (BLEU uses the full text)
     valid_src = [s[: cfg.max_len] for s in tokenizer.encode_src(valid.src)] if valid is not None else []
     valid_tgt = [t[: cfg.max_len] for t in tokenizer.encode_tgt(valid.tgt)] if valid is not None else []
-    return EncodedData(tokenizer, [src[i] for i in keep], [tgt[i] for i in keep], valid, valid_src, valid_tgt)
+    kept = ParallelCorpus([train.src[i] for i in keep], [train.tgt[i] for i in keep])
+    return EncodedData(tokenizer, kept, [src[i] for i in keep], [tgt[i] for i in keep], valid, valid_src, valid_tgt)
+
+
+def sample_segmentation(data: EncodedData, dropout: float, seed: int, max_len: int
+                        ) -> tuple[list[list[int]], list[list[int]]]:
+    """The training pairs' ids under one draw of subword dropout (BPE-dropout), reproducible from `seed`.
+
+    A pair whose sampled form has a side longer than `max_len` keeps its deterministic ids, so the set of
+    pairs, and their number, is that of `data` in every draw.
+    """
+    seed_sampling(seed)
+    src = data.tokenizer.encode_src(data.train.src, dropout)
+    tgt = data.tokenizer.encode_tgt(data.train.tgt, dropout)
+    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
+        if len(s) > max_len or len(t) > max_len:
+            src[i], tgt[i] = data.train_src[i], data.train_tgt[i]
+    return src, tgt

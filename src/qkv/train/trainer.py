@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 from torch import nn
@@ -27,7 +28,7 @@ from ..checkpoint import save_model_dir
 from ..data.batching import Batch, TokenBatchSampler, collate
 from ..model import Transformer
 from .config import TrainConfig
-from .data import EncodedData, prepare_data
+from .data import EncodedData, prepare_data, sample_segmentation
 from .distributed import all_reduce_sum, barrier, cleanup, gather_rng_states, init_distributed
 from .loss import label_smoothed_loss, label_smoothed_loss_from_hidden
 from .schedule import lr_multiplier, paper_peak_lr
@@ -143,11 +144,23 @@ class Trainer:
                        valid_metric=self.cfg.valid_metric, best_metric=self.best_metric)
 
     # --- one update ----------------------------------------------------------------------------
+    def _epoch_ids(self) -> tuple[list[list[int]], list[list[int]]]:
+        """The training pairs' ids for the sampler's epoch: fixed, or re-segmented per epoch (subword_dropout),
+        from a seed of (seed, epoch) so that a resumed epoch gets the same draw."""
+        d, cfg = self.data, self.cfg
+        if cfg.subword_dropout == 0.0:
+            return d.train_src, d.train_tgt
+        seed = int(np.random.SeedSequence([cfg.seed, self.sampler.epoch]).generate_state(1)[0])
+        src, tgt = sample_segmentation(d, cfg.subword_dropout, seed, cfg.max_len)
+        self.sampler.set_lengths([len(s) for s in src], [len(t) for t in tgt])
+        return src, tgt
+
     def _batches(self):
+        tok = self.data.tokenizer
         while self.cfg.max_epochs is None or self.sampler.epoch < self.cfg.max_epochs:
+            src, tgt = self._epoch_ids()
             for indices in self.sampler:
-                pairs = [(self.data.train_src[i], self.data.train_tgt[i]) for i in indices]
-                tok = self.data.tokenizer
+                pairs = [(src[i], tgt[i]) for i in indices]
                 yield collate(pairs, tok.pad_id, tok.bos_id, tok.eos_id, indices).to(self.device)
 
     def train_step(self, batches: list[Batch]) -> tuple[float, float, int]:
