@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from qkv import DecoderOnly, Transformer
 from qkv.decode import beam_search, cross_attention, filter_logits, greedy, length_penalty, sample
-from qkv.decode.search import Hypothesis
+from qkv.decode.search import Hypothesis, _in_place_order
 from qkv.model import padding_mask
 
 EOS, A, B = 3, 4, 5
@@ -147,6 +147,23 @@ def test_output_does_not_depend_on_batch_size_or_order(search: str) -> None:
         scores = [r[0].score if isinstance(r, list) else r.score for r in together]
         expected = [alone[i][0].score if isinstance(alone[i], list) else alone[i].score for i in order]
         assert scores == pytest.approx(expected, abs=1e-4)
+
+
+def test_continuing_hypotheses_stay_in_their_parents_slots_where_they_can() -> None:
+    """Beam search orders each sentence's continuing hypotheses so that the cache copies as few rows as possible:
+    every parent with children keeps its best-ranked child in its own slot, which is the most rows that can stay."""
+    parent = torch.randint(0, 5, (200, 5), generator=torch.Generator().manual_seed(0))  # (Ba, n) by rank
+    order = _in_place_order(parent)
+    assert torch.equal(order.sort(dim=1).values, torch.arange(5).expand(200, 5))  # a permutation of the ranks
+    placed = parent.gather(1, order)  # (Ba, n slots) the parent of the hypothesis in each slot
+    stay = placed == torch.arange(5)
+    for row in range(200):
+        ranks = parent[row].tolist()
+        assert int(stay[row].sum()) == len(set(ranks))
+        for p in set(ranks):
+            assert int(order[row, p]) == ranks.index(p)  # the best-ranked child of p sits in slot p
+        later = [int(order[row, slot]) for slot in range(5) if not stay[row, slot]]
+        assert later == sorted(later)  # the other children fill the free slots in rank order
 
 
 def test_lengths_pad_and_bos() -> None:

@@ -188,6 +188,7 @@ def test_beams_sharing_a_memory_row_equal_an_expanded_memory(n_kv_heads: int | N
             want = model.decode(prefix[:, t:t + 1], wide, wide_mask, expanded)
             torch.testing.assert_close(stepped, want, atol=1e-5, rtol=1e-5)
         assert shared.cross_attn is not None and shared.cross_attn[0].keys.size(0) == 2
+        assert shared.cross_attn[0].keys.is_contiguous()  # not a view into the fused projection: no copy per step
         hidden, weights = model.decoder(prefix, memory, src_mask, need_weights=True)
         hidden_wide, weights_wide = model.decoder(prefix, wide, wide_mask, need_weights=True)
     torch.testing.assert_close(hidden, hidden_wide, atol=1e-5, rtol=1e-5)

@@ -233,6 +233,24 @@ def sample(model: Model, src: Tensor, temperature: float = 1.0, top_k: int = 0, 
     return _single_path(model, src, pick, max_len, min_len, alpha, use_cache)
 
 
+def _in_place_order(parent: Tensor) -> Tensor:
+    """An order of each sentence's n continuing hypotheses in its n beam slots that leaves as many as possible in
+    the slot of the hypothesis they extend, so that the cache reorder copies only the rest.
+
+    parent (Ba, n): the slot each hypothesis extends, hypotheses by rank. The first-ranked child of each parent
+    takes its parent's slot; the other children fill the slots of parents without children, in rank order.
+    Returns (Ba, n): for each slot, the rank of the hypothesis it holds.
+    """
+    n = parent.size(1)
+    per_parent = F.one_hot(parent, n)  # (Ba, n hyps, n slots)
+    first = per_parent.cumsum(dim=1).gather(2, parent[:, :, None]).squeeze(2) == 1  # (Ba, n) first child
+    taken = (per_parent * first[:, :, None]).sum(dim=1) > 0  # (Ba, n slots) held by a first child
+    free = taken.to(torch.uint8).argsort(dim=1, stable=True)  # free slots first, in order
+    later = first.to(torch.uint8).argsort(dim=1, stable=True)  # later children first, by rank
+    slot = torch.where(first, parent, torch.empty_like(parent).scatter_(1, later, free))  # (Ba, n) slot of each
+    return torch.empty_like(slot).scatter_(1, slot, torch.arange(n, device=slot.device).expand_as(slot))
+
+
 @torch.inference_mode()
 def beam_search(model: Model, src: Tensor, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
                 max_len: int | Tensor | None = None, min_len: int = 0,
@@ -283,8 +301,11 @@ def beam_search(model: Model, src: Tensor, beam: int = 4, alpha: float = 0.6, nb
                 if len(hyps) >= beam:
                     kth_best[row] = sorted((h.score for h in hyps), reverse=True)[beam - 1]
         go_on = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :beam]  # first `beam` non-eos, by rank
+        if n == beam:  # in the slots that keep the cache rows they extend, where possible
+            go_on = go_on.gather(1, _in_place_order(index.gather(1, go_on) // V))
         scores, origin, tokens = top.gather(1, go_on), origin.gather(1, go_on), tokens.gather(1, go_on)
-        can_win = scores[:, 0] / length_penalty(step + 1, alpha) > kth_best  # best alive, scored at this length
+        best = scores.max(dim=1).values  # (Ba,) the alive hypotheses are in slot order, not by rank
+        can_win = best / length_penalty(step + 1, alpha) > kth_best  # best alive, scored at this length
         alive = ((n_finished < beam) | can_win) & (step < limit[sentence])  # (Ba,)
         keep = None  # every sentence goes on: beams only move within their sentence
         if not alive.all():

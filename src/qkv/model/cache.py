@@ -10,6 +10,7 @@ source, which all the hypotheses of that source read (see `MultiHeadedAttention.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -29,6 +30,11 @@ class KVCache:
     @property
     def empty(self) -> bool:
         return self._k is None
+
+    @property
+    def rows(self) -> int:
+        """Batch rows held (0 when empty)."""
+        return 0 if self._k is None else self._k.size(0)
 
     @property
     def keys(self) -> Tensor:
@@ -52,8 +58,9 @@ class KVCache:
         return self.keys, self.values
 
     def set_static(self, k: Tensor, v: Tensor) -> None:
-        """Store keys and values computed once (cross-attention over the source)."""
-        self._k, self._v, self.length = k, v, k.size(2)
+        """Store keys and values computed once (cross-attention over the source), contiguous: they are views
+        into the fused key/value projection, whose strides would make every step's product copy them."""
+        self._k, self._v, self.length = k.contiguous(), v.contiguous(), k.size(2)
 
     def _grow(self, k: Tensor, v: Tensor, capacity: int) -> None:
         B, H, _, Dh = k.shape
@@ -64,13 +71,19 @@ class KVCache:
             new_v[:, :, : self.length] = self.values
         self._k, self._v = new_k, new_v
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, moved: Tensor | None = None) -> None:
         """Keep batch rows `index` (B',) in that order: beam search's back-pointers, or dropping rows.
 
         Only the filled part is gathered. With room to spare and no more rows than the buffer has, the rows are
         written back into the buffer's first B' rows: the buffer's memory is reused every step instead of a
-        fresh buffer being allocated (and filled) per step and layer."""
+        fresh buffer being allocated (and filled) per step and layer. moved (M,): when `index` keeps the number
+        of rows, the rows i with index[i] != i; only those are copied (the others already hold their row)."""
         if self._k is None or self._v is None:
+            return
+        if moved is not None and len(index) == self._k.size(0) and self.length < self._k.size(2):
+            rows = index.index_select(0, moved)  # gathered before anything is written
+            self._k[:, :, : self.length].index_copy_(0, moved, self.keys.index_select(0, rows))
+            self._v[:, :, : self.length].index_copy_(0, moved, self.values.index_select(0, rows))
             return
         k, v = self.keys.index_select(0, index), self.values.index_select(0, index)  # (B', H_kv, L, Dh)
         if self.length == self._k.size(2):  # static, or a full buffer
@@ -105,8 +118,12 @@ class DecoderCache:
         are: right when `index` only moves rows among those sharing a source (the beams of one sentence);
         pass the kept sources when some leave the batch (or `index` itself when every row has its own memory).
         """
-        for c in self.self_attn:
-            c.reorder(index)
+        moved = None
+        if self.self_attn and len(index) == self.self_attn[0].rows:  # rows move, none leave: copy only the moved
+            moved = (index != torch.arange(len(index), device=index.device)).nonzero().squeeze(1)
+        if moved is None or moved.numel():
+            for c in self.self_attn:
+                c.reorder(index, moved)
         if cross_index is not None:
             for c in self.cross_attn or []:
                 c.reorder(cross_index)
