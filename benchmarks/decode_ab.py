@@ -11,6 +11,7 @@ Same work as benchmarks/speed.py's qkv rows: a random base-shape model (6 + 6 la
 prepared as `Translator.load` does on a CPU (packed float32 weights), random 25-token sources + eos, every
 hypothesis forced to exactly 30 tokens; batch 1 decodes 8 sentences one at a time, batch 32 decodes 64 in
 batches of 32 (on `--workers` threads). tokens/s is the median of `--repeats` runs after a warm-up run.
+`--profile` prints where the time of one batch goes instead (torch.profiler, operators by self time).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="", help="a label printed first (which tree this is)")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of timing, print torch.profiler's table of one batch (where a step goes)")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -50,6 +53,12 @@ def main() -> None:
         return beam_search(model, batch, beam=4, min_len=30, max_len=30)
 
     map_in_workers(one, jobs, args.workers)  # warm-up
+    if args.profile:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            one(jobs[0])
+        print(args.tag)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40))
+        return
     times = []
     for _ in range(args.repeats):
         start = time.perf_counter()
