@@ -87,6 +87,32 @@ def test_translate_quantize_int8(model_dir: Path, tmp_path: Path, capsys: pytest
         Translator.load(model_dir, quantize="int4")
 
 
+def test_translate_with_an_ensemble(model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--model A --model B` decodes with the two models' averaged probabilities (what `Translator.load([A, B])`
+    gives, with other scores than A alone); models with different tokenizers are refused."""
+    tokenizer = SubwordTokenizer.load(model_dir)
+    torch.manual_seed(1)
+    cfg = TransformerConfig.preset("tiny", src_vocab_size=tokenizer.src_vocab_size, d_model=48, n_heads=4,
+                                   dropout=0.0, attention_dropout=0.0)
+    other = save_model_dir(tmp_path / "other", Transformer(cfg), tokenizer)
+    (tmp_path / "in.txt").write_text("\n".join(EN[:4]) + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(model_dir), "--model", str(other), "--input", str(tmp_path / "in.txt"),
+                 *FAST]) == 0
+    out = capsys.readouterr().out.splitlines()
+    options = {"beam": 2, "max_len_a": 0.5, "max_len_b": 4}
+    ensemble = Translator.load([model_dir, other]).translate_detailed(EN[:4], **options)
+    alone = Translator.load(model_dir).translate_detailed(EN[:4], **options)
+    assert out == [t.text for t in ensemble]
+    assert [t.score for t in ensemble] != pytest.approx([t.score for t in alone])  # B's probabilities count
+    with pytest.raises(ValueError, match="attention weights come from one model"):
+        Translator.load([model_dir, other]).translate_detailed(EN[:1], attention=True)
+    stranger = tmp_path / "stranger"
+    save_model_dir(stranger, Transformer(cfg.replace(src_vocab_size=400)),
+                   SubwordTokenizer.train(EN, EN, stranger, vocab_size=400))
+    with pytest.raises(ValueError, match="different tokenizers"):
+        Translator.load([model_dir, stranger])
+
+
 def test_translate_as_a_process_reads_and_writes_utf8(model_dir: Path) -> None:
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     env.pop("PYTHONIOENCODING", None)

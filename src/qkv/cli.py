@@ -164,7 +164,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     """The options `translate` and `evaluate` share."""
-    p.add_argument("--model", required=True, help="model directory (config.json, model.safetensors, tokenizer)")
+    p.add_argument("--model", required=True, action="append",
+                   help="model directory (config.json, model.safetensors, tokenizer); give it again for each "
+                        "further model of an ensemble (same tokenizer): their probabilities are averaged")
     p.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy decoding (default: 4)")
     p.add_argument("--alpha", type=float, default=0.6, help="length penalty ((5 + len) / 6) ** alpha (default: 0.6)")
     p.add_argument("--batch-tokens", type=int, default=4096, help="most padded source tokens in a batch")

@@ -182,6 +182,10 @@ class SubwordTokenizer:
             (directory / TGT_MODEL).write_bytes(self._tgt_proto)
         (directory / CONFIG_FILE).write_text(json.dumps(self.config, indent=2) + "\n")
 
+    def same_as(self, other: SubwordTokenizer) -> bool:
+        """Whether `other` segments and numbers every text as this one does (the same models and config)."""
+        return (self.config, self._src_proto, self._tgt_proto) == (other.config, other._src_proto, other._tgt_proto)
+
     @property
     def src_vocab_size(self) -> int:
         return self.src_sp.get_piece_size()

@@ -2,7 +2,8 @@
 
 Every function takes a model in eval mode and a batch of inputs, and returns one result per row:
 
-    Transformer:  src (B, S) source ids, each ending with eos, right-padded with pad;
+    Transformer, Ensemble (of Transformers):
+                  src (B, S) source ids, each ending with eos, right-padded with pad;
                   the output starts from bos.
     DecoderOnly:  prompt (B, P) ids, all rows of the same length (the model has no padding mask);
                   the output starts from [bos] + prompt and only the new tokens are returned.
@@ -42,9 +43,10 @@ from ..config import TransformerConfig
 from ..data.batching import pad_sequences
 from ..model import DecoderOnly, Transformer
 from ..model.masks import padding_mask
+from .ensemble import Ensemble
 
 DEFAULT_MAX_LEN_B = 50  # maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
-Model = Transformer | DecoderOnly
+Model = Transformer | DecoderOnly | Ensemble
 
 
 @dataclass

@@ -3,6 +3,7 @@
     translator = Translator.load("runs/multi30k-de-en")          # config.json, weights, tokenizer
     translator.translate(["Ein Mann fährt Fahrrad."], beam=4)     # -> ["A man rides a bike."]
     translator.translate_detailed(texts, nbest=4, attention=True) # -> [Translation(text, score, ...)]
+    Translator.load(["runs/a-avg", "runs/b-avg"])                # an ensemble of models sharing a tokenizer
 
 Sentences are tokenized, sorted by length (so that batches hold sentences of similar length and little
 padding), cut into batches of at most `batch_tokens` padded source tokens, decoded with `qkv.decode.search`,
@@ -26,6 +27,7 @@ from ..checkpoint import load_model_dir
 from ..data.batching import cut_into_batches, pad_sequences
 from ..data.tokenizer import SubwordTokenizer
 from ..model import Transformer
+from .ensemble import Ensemble
 from .packed import pack_linear_weights, packing_available
 from .quantize import QUANTIZATIONS, quantize_int8
 from .search import DEFAULT_MAX_LEN_B, Hypothesis, beam_search, cross_attention, greedy, sample
@@ -68,13 +70,13 @@ def prepare_for_decoding(model: nn.Module, device: str | torch.device = "cpu", q
 
 
 class Translator:
-    """A Transformer and its tokenizer: lists of sentences in, lists of translations out."""
+    """A Transformer (or an `Ensemble` of them) and its tokenizer: lists of sentences in, lists of translations out."""
 
-    def __init__(self, model: Transformer, tokenizer: SubwordTokenizer,
+    def __init__(self, model: Transformer | Ensemble, tokenizer: SubwordTokenizer,
                  max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS) -> None:
         """max_src_tokens: longest source (subword tokens, eos included) before truncation; with learned
         positions it is at most the model's `max_positions`."""
-        if not isinstance(model, Transformer):
+        if not isinstance(model, Transformer | Ensemble):
             raise ValueError(f"translation needs an encoder-decoder Transformer, got {type(model).__name__}")
         cfg = model.config
         self.model = model.eval()
@@ -85,17 +87,25 @@ class Translator:
             raise ValueError(f"max_src_tokens must be >= 2 (a token and eos), got {max_src_tokens}")
 
     @classmethod
-    def load(cls, directory: str | os.PathLike[str], device: str | torch.device = "cpu",
+    def load(cls, directory: str | os.PathLike[str] | list[str | os.PathLike[str]], device: str | torch.device = "cpu",
              max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS, quantize: str | None = None,
              pack: bool | None = None) -> Translator:
-        """Load a model directory written by `save_model_dir` (weights, config and tokenizer).
+        """Load a model directory written by `save_model_dir` (weights, config and tokenizer), or a list of
+        them as an `Ensemble` (their tokenizers must be the same).
         quantize="int8": int8 dynamic quantization of the linear layers, for the CPU (`decode.quantize`).
         pack: linear weights packed for oneDNN (`decode.packed`); None: for float32 on a CPU that supports it."""
-        model = load_model_dir(directory, device)
-        if not isinstance(model, Transformer):
-            raise ValueError(f"{directory} holds a {type(model).__name__}; translation needs a Transformer")
-        model = prepare_for_decoding(model, device, quantize, pack)
-        return cls(model, SubwordTokenizer.load(directory), max_src_tokens)
+        directories = directory if isinstance(directory, list) else [directory]
+        models = []
+        for d in directories:
+            model = load_model_dir(d, device)
+            if not isinstance(model, Transformer):
+                raise ValueError(f"{d} holds a {type(model).__name__}; translation needs a Transformer")
+            models.append(prepare_for_decoding(model, device, quantize, pack))
+        tokenizer = SubwordTokenizer.load(directories[0])
+        for d in directories[1:]:
+            if not SubwordTokenizer.load(d).same_as(tokenizer):
+                raise ValueError(f"{d} and {directories[0]} have different tokenizers; an ensemble needs one")
+        return cls(models[0] if len(models) == 1 else Ensemble(models).eval(), tokenizer, max_src_tokens)
 
     @property
     def device(self) -> torch.device:
@@ -125,6 +135,8 @@ class Translator:
             raise ValueError(f"nbest={nbest} needs a beam at least as large (beam={beam}, sampling={sampling})")
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+        if attention and isinstance(self.model, Ensemble):
+            raise ValueError("attention weights come from one model; translate with one model for them")
         ids = self._encode(texts)
         results: list[Translation | None] = [None] * len(texts)
         for i, seq in enumerate(ids):
