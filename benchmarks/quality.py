@@ -30,6 +30,7 @@ RESULTS: dict[str, tuple[str, list[str], str, str, int, int]] = {
     "multi30k-en-de": ("configs/multi30k-wide.yaml", [], "multi30k", "en-de", 5, 5),
     "multi30k-en-de-linear": ("configs/multi30k-wide-linear.yaml", [], "multi30k", "en-de", 5, 5),
     "multi30k-en-de-bpedrop": ("configs/multi30k-wide.yaml", ["--subword_dropout", "0.1"], "multi30k", "en-de", 5, 5),
+    "multi30k-en-de-lc": ("configs/multi30k-wide.yaml", ["--lowercase", "true"], "multi30k", "en-de", 5, 5),
     "multi30k-en-de-small": ("configs/multi30k-small.yaml", [], "multi30k", "en-de", 5, 5),
     "multi30k-de-en": ("configs/multi30k-small.yaml", ["--src_lang", "de", "--tgt_lang", "en", "--max_steps", "8000",
                                                        "--max_hours", "1.95"], "multi30k", "de-en", 5, 5),

@@ -72,3 +72,14 @@ def test_reproduces_official_tokenized_references(lang):
     match_rate = sum(a == b for a, b in zip(ours, official, strict=True)) / len(raw)
     assert match_rate >= 0.99
     assert tokenized_bleu(raw, official, lang)[0].score >= 99.0
+
+
+def test_lowercase_scores_equal_scores_of_lowercased_text():
+    hyps = ["a man rides a bike .", "two dogs play in the snow"]
+    refs = ["A man rides a red bike.", "Two dogs are playing in the snow."]
+    lowered = score(hyps, refs, "en", lowercase=True)
+    by_hand = score(hyps, [r.lower() for r in refs], "en")
+    assert lowered.bleu.score == pytest.approx(by_hand.bleu.score) and lowered.bleu.score > 0
+    assert lowered.chrf.score == pytest.approx(by_hand.chrf.score)
+    assert score(hyps, refs, "en").bleu.score < lowered.bleu.score
+    assert "case:lc" in lowered.signatures["bleu"] and "case:lc" in lowered.signatures["chrf"]

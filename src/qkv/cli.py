@@ -125,6 +125,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .data.corpus import DataError, read_lines
     from .data.named import get_corpus, named_paths, tokenized_reference_path
+    from .data.tokenizer import SubwordTokenizer
     from .evaluate import score
 
     src_lang = tgt_lang = None
@@ -158,7 +159,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     hyps = [r.text for r in _translate_lines(args, sources)]
     if args.output:
         _write_output_lines(hyps, args.output)
-    print(score(hyps, refs, lang or "", tok_refs).format())
+    lowercase = SubwordTokenizer.load(args.model[0]).lowercase  # a lowercase model is scored case-insensitively
+    print(score(hyps, refs, lang or "", tok_refs, lowercase=lowercase).format())
     return 0
 
 

@@ -25,23 +25,25 @@ def _check_lengths(hyps: list[str], refs: list[str]) -> None:
 
 
 def bleu(
-    hyps: list[str], refs: list[str], lang: str | None = None, tokenize: str | None = None
+    hyps: list[str], refs: list[str], lang: str | None = None, tokenize: str | None = None, lowercase: bool = False
 ) -> tuple[BLEUScore, str]:
     """Corpus BLEU of detokenized hypotheses against one reference each -> (BLEUScore, signature).
 
     lang: target language; sacreBLEU picks its tokenizer from it (zh -> "zh", ja -> "ja-mecab",
         ko -> "ko-mecab", others -> "13a"). tokenize: a sacreBLEU tokenizer name, overriding lang.
+    lowercase: case-insensitive (the signature says `case:lc`), for models that write lowercase.
     """
     _check_lengths(hyps, refs)
-    metric = BLEU(tokenize=tokenize, trg_lang=lang or "")
+    metric = BLEU(tokenize=tokenize, trg_lang=lang or "", lowercase=lowercase)
     score = metric.corpus_score(hyps, [refs])
     return score, str(metric.get_signature())
 
 
-def chrf(hyps: list[str], refs: list[str]) -> tuple[CHRFScore, str]:
-    """Corpus chrF2 (character n-gram F-score) against one reference each -> (CHRFScore, signature)."""
+def chrf(hyps: list[str], refs: list[str], lowercase: bool = False) -> tuple[CHRFScore, str]:
+    """Corpus chrF2 (character n-gram F-score) against one reference each -> (CHRFScore, signature);
+    `lowercase`: case-insensitive (`case:lc` in the signature)."""
     _check_lengths(hyps, refs)
-    metric = CHRF()
+    metric = CHRF(lowercase=lowercase)
     score = metric.corpus_score(hyps, [refs])
     return score, str(metric.get_signature())
 
@@ -90,10 +92,12 @@ class Scores:
         return "\n".join(lines)
 
 
-def score(hyps: list[str], refs: list[str], lang: str, tok_refs: list[str] | None = None) -> Scores:
-    """All the scores of detokenized hypotheses against raw references (and tokenized ones, if given)."""
-    bleu_score, bleu_sig = bleu(hyps, refs, lang)
-    chrf_score, chrf_sig = chrf(hyps, refs)
+def score(hyps: list[str], refs: list[str], lang: str, tok_refs: list[str] | None = None,
+          lowercase: bool = False) -> Scores:
+    """All the scores of detokenized hypotheses against raw references (and tokenized ones, if given);
+    `lowercase`: BLEU and chrF case-insensitive, for a model that writes lowercase."""
+    bleu_score, bleu_sig = bleu(hyps, refs, lang, lowercase=lowercase)
+    chrf_score, chrf_sig = chrf(hyps, refs, lowercase=lowercase)
     signatures = {"bleu": bleu_sig, "chrf": chrf_sig}
     tok_bleu_score = None
     if tok_refs is not None:

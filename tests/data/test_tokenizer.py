@@ -1,3 +1,4 @@
+import json
 import random
 from collections.abc import Sequence
 
@@ -85,10 +86,32 @@ def test_load_equals_original(tmp_path, corpus, joint):
     tok.save(tmp_path / "copy")
     for directory in ("trained", "copy"):
         loaded = SubwordTokenizer.load(tmp_path / directory)
-        assert loaded.config == {"joint": joint, "model_type": "unigram", "vocab_size": 100}
+        assert loaded.config == {"joint": joint, "model_type": "unigram", "vocab_size": 100, "lowercase": False}
         assert (loaded.src_vocab_size, loaded.tgt_vocab_size) == (tok.src_vocab_size, tok.tgt_vocab_size)
         assert loaded.encode_src(src) == tok.encode_src(src)
         assert loaded.encode_tgt(tgt) == tok.encode_tgt(tgt)
+
+
+def test_lowercase_reads_any_case_and_equals_a_tokenizer_of_lowercased_text(tmp_path, corpus):
+    src, tgt = corpus  # lowercase words
+    cased_src, cased_tgt = [s.title() for s in src], [t.upper() for t in tgt]
+    tok = SubwordTokenizer.train(cased_src, cased_tgt, tmp_path / "lc", vocab_size=100, lowercase=True)
+    by_hand = SubwordTokenizer.train(src, tgt, tmp_path / "plain", vocab_size=100)  # the oracle: lowered beforehand
+    assert tok.encode_src(cased_src) == tok.encode_src(src) == by_hand.encode_src(src)
+    assert tok.encode_tgt(cased_tgt) == by_hand.encode_tgt(tgt)
+    assert tok.decode_tgt(tok.encode_tgt(cased_tgt)) == tgt
+    loaded = SubwordTokenizer.load(tmp_path / "lc")
+    assert loaded.lowercase and not by_hand.lowercase
+    assert loaded.encode_src(["A MAN"]) == by_hand.encode_src(["a man"])
+
+
+def test_a_tokenizer_saved_before_the_lowercase_option_is_cased(tmp_path, corpus):
+    SubwordTokenizer.train(*corpus, tmp_path, vocab_size=100)
+    config = tmp_path / "tokenizer.json"
+    config.write_text(json.dumps({"joint": True, "model_type": "unigram", "vocab_size": 100}))  # an older file
+    tok = SubwordTokenizer.load(tmp_path)
+    assert not tok.lowercase
+    assert tok.encode_src(["A man"]) != tok.encode_src(["a man"])
 
 
 def test_rejects_unknown_model_type(tmp_path, corpus):

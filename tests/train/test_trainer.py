@@ -234,3 +234,27 @@ def test_subword_dropout_draws_a_new_segmentation_every_epoch(tmp_path: Path, re
         draws.append((src, tgt))
     assert draws[0] == draws[2] != draws[1]
     assert draws[0][1] != d.train_tgt and draws[0][0] != d.train_src
+
+
+def test_lowercase_equals_training_on_lowercased_files(tmp_path: Path) -> None:
+    """`lowercase: true` on cased files gives the data of a plain run on files lowercased beforehand."""
+    from qkv.train.data import EncodedData, prepare_data
+
+    words = ["A", "Man", "runs", "over", "the", "Green", "grass", "In", "Berlin", "with", "ÄRGER"]
+    lines = [" ".join(words[(i + j) % len(words)] for j in range(3 + i % 5)) for i in range(60)]
+    for name, text in {"s": lines, "t": lines[::-1]}.items():
+        (tmp_path / f"{name}.txt").write_text("\n".join(text) + "\n")
+        (tmp_path / f"{name}.lc.txt").write_text("\n".join(text).lower() + "\n")
+
+    def data(lowercase: bool, suffix: str, out: str) -> EncodedData:
+        files = {f"{k}_{side}": str(tmp_path / f"{n}{suffix}.txt") for k in ("train", "valid")
+                 for side, n in (("src", "s"), ("tgt", "t"))}
+        cfg = load_train_config(None, {**files, "vocab_size": 40, "preset": "tiny", "lowercase": lowercase})
+        return prepare_data(cfg, tmp_path / out, train_tokenizer=True)
+
+    lowered, by_hand = data(True, "", "a"), data(False, ".lc", "b")
+    assert lowered.tokenizer.lowercase and not by_hand.tokenizer.lowercase
+    assert (lowered.train_src, lowered.train_tgt) == (by_hand.train_src, by_hand.train_tgt)
+    assert (lowered.valid_src, lowered.valid_tgt) == (by_hand.valid_src, by_hand.valid_tgt)
+    assert lowered.valid is not None and by_hand.valid is not None
+    assert lowered.valid.tgt == by_hand.valid.tgt == [t.lower() for t in lines[::-1]]  # BLEU references

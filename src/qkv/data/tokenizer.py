@@ -13,6 +13,10 @@ matters because translations are scored on their detokenized text against raw re
   recommends, and the rare characters left out of the vocabulary fall back to their UTF-8 bytes instead of
   becoming <unk>.
 
+With `lowercase` (recorded in `tokenizer.json`), every text is lowercased before it is encoded, at training
+and at translation time, so the model reads and writes lowercase only — the setup of the Multi30k papers,
+whose BLEU is computed on lowercased text.
+
 Files in a tokenizer directory: `tokenizer.json` and either `spm.model` (joint) or `spm.src.model` and
 `spm.tgt.model` (separate).
 """
@@ -115,7 +119,7 @@ class SubwordTokenizer:
     eos_id = EOS_ID
 
     def __init__(self, src_proto: bytes, tgt_proto: bytes, config: dict) -> None:
-        self.config = config
+        self.config = {"lowercase": False, **config}  # tokenizers saved before `lowercase` existed: cased
         self._src_proto, self._tgt_proto = src_proto, tgt_proto
         self.src_sp = spm.SentencePieceProcessor(model_proto=src_proto)
         self.tgt_sp = self.src_sp if config["joint"] else spm.SentencePieceProcessor(model_proto=tgt_proto)
@@ -137,6 +141,7 @@ class SubwordTokenizer:
         seed: int = 0,
         num_threads: int = 1,
         max_sentences: int = 2_000_000,
+        lowercase: bool = False,
     ) -> SubwordTokenizer:
         """Train on raw sentences and save to `out_dir`.
 
@@ -147,15 +152,18 @@ class SubwordTokenizer:
         seed, num_threads: training is deterministic for fixed values of both (the model depends on
             num_threads).
         max_sentences: train on a random sample of this many sentences (per model) of a larger corpus.
+        lowercase: lowercase all text, here and in every `encode_*` call.
         """
         if model_type not in ("unigram", "bpe"):
             raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
         args = (vocab_size, model_type, character_coverage, seed, num_threads, max_sentences)
+        if lowercase:
+            texts_src, texts_tgt = [t.lower() for t in texts_src], [t.lower() for t in texts_tgt]
         if joint:
             src_proto = tgt_proto = _train_model(texts_src + texts_tgt, *args)
         else:
             src_proto, tgt_proto = _train_model(texts_src, *args), _train_model(texts_tgt, *args)
-        config = {"joint": joint, "model_type": model_type, "vocab_size": vocab_size}
+        config = {"joint": joint, "model_type": model_type, "vocab_size": vocab_size, "lowercase": lowercase}
         tokenizer = cls(src_proto, tgt_proto, config)
         tokenizer.save(out_dir)
         return tokenizer
@@ -187,6 +195,11 @@ class SubwordTokenizer:
         return (self.config, self._src_proto, self._tgt_proto) == (other.config, other._src_proto, other._tgt_proto)
 
     @property
+    def lowercase(self) -> bool:
+        """Whether texts are lowercased before they are encoded (the model then writes lowercase)."""
+        return bool(self.config["lowercase"])
+
+    @property
     def src_vocab_size(self) -> int:
         return self.src_sp.get_piece_size()
 
@@ -196,11 +209,11 @@ class SubwordTokenizer:
 
     def encode_src(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
         """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see `_encode`."""
-        return _encode(self.src_sp, texts, dropout)
+        return _encode(self.src_sp, [t.lower() for t in texts] if self.lowercase else texts, dropout)
 
     def encode_tgt(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
         """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see `_encode`."""
-        return _encode(self.tgt_sp, texts, dropout)
+        return _encode(self.tgt_sp, [t.lower() for t in texts] if self.lowercase else texts, dropout)
 
     def decode_src(self, ids: list[list[int]]) -> list[str]:
         """Ids -> sentences; each sequence stops at its first eos, and pad and bos are skipped."""

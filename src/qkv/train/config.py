@@ -42,6 +42,7 @@ class TrainConfig:
     joint_vocab: bool = True
     character_coverage: float | None = None  # None: 0.9995 for CJK text, 1.0 otherwise
     subword_dropout: float = 0.0  # > 0: training pairs re-segmented every epoch with BPE-dropout of this rate
+    lowercase: bool = False  # lowercase all text (training, validation, translation input); output is lowercase
     # --- model: a preset plus any TransformerConfig field
     preset: str = "base"
     model: dict[str, Any] = field(default_factory=dict)
