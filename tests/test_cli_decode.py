@@ -159,3 +159,27 @@ def test_evaluate_a_named_corpus_finds_the_tokenized_references(model_dir: Path,
     assert len(out) == 3 and out[0].startswith("BLEU|") and "tok:none" in out[2] and "Moses" in out[2]
     assert main([*args[:-2], "--data-dir", str(tmp_path / "elsewhere"), *FAST]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_evaluate_scores_a_lowercase_model_case_insensitively(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A model whose tokenizer lowercases writes lowercase: `evaluate` scores it as sacreBLEU does with
+    lowercase=True against the same hypotheses (written with --output)."""
+    from qkv.evaluate import bleu, chrf
+
+    directory = tmp_path / "lc"
+    tokenizer = SubwordTokenizer.train(EN, ZH, directory, vocab_size=500, lowercase=True)
+    torch.manual_seed(0)
+    cfg = TransformerConfig.preset("tiny", src_vocab_size=tokenizer.src_vocab_size, dropout=0.0, attention_dropout=0.0)
+    save_model_dir(directory, Transformer(cfg), tokenizer)
+    refs = [s.upper() for s in EN[:4]]
+    (tmp_path / "src.zh").write_text("\n".join(ZH[:4]) + "\n", encoding="utf-8")
+    (tmp_path / "ref.en").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    assert main(["evaluate", "--model", str(directory), "--src", str(tmp_path / "src.zh"), "--ref",
+                 str(tmp_path / "ref.en"), "--output", str(tmp_path / "hyp.en"), *FAST]) == 0
+    out = capsys.readouterr().out
+    hyps = (tmp_path / "hyp.en").read_text(encoding="utf-8").split("\n")[:4]
+    lowered = [r.lower() for r in refs]
+    expected_bleu, expected_chrf = bleu(hyps, lowered, "en")[0], chrf(hyps, lowered)[0]
+    assert "BLEU|nrefs:1|case:lc" in out and "chrF2|nrefs:1|case:lc" in out
+    assert f"= {expected_bleu.score:.2f}" in out and f"= {expected_chrf.score:.2f}" in out

@@ -15,8 +15,12 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import PRESETS, TransformerConfig
+
+if TYPE_CHECKING:
+    from .decode import Translator
 
 
 def cmd_params(args: argparse.Namespace) -> int:
@@ -91,8 +95,9 @@ def _write_output_lines(lines: list[str], path: str | None = None) -> None:
         sys.stdout.write(text)
 
 
-def _translate_lines(args: argparse.Namespace, lines: list[str], **options: object) -> list:
-    """Translate with the decoding options of `translate` and `evaluate`; log the speed to stderr."""
+def _translate_lines(args: argparse.Namespace, lines: list[str], **options: object) -> tuple[list, Translator]:
+    """Translate with the decoding options of `translate` and `evaluate`; log the speed to stderr.
+    Returns the results and the translator."""
     import time
 
     from .decode import Translator
@@ -108,11 +113,11 @@ def _translate_lines(args: argparse.Namespace, lines: list[str], **options: obje
     logging.getLogger("qkv").info(f"translated {len(lines)} lines in {seconds:.1f} s "
                                   f"({len(lines) / max(seconds, 1e-9):.1f} lines/s, "
                                   f"{n_tokens / max(seconds, 1e-9):.0f} tokens/s)")
-    return results
+    return results, translator
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    results = _translate_lines(args, _read_input_lines(args.input), nbest=args.nbest, sampling=args.sample,
+    results, _ = _translate_lines(args, _read_input_lines(args.input), nbest=args.nbest, sampling=args.sample,
                                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     if args.nbest > 1:  # Moses n-best format: one "line index ||| translation ||| score" per hypothesis
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, r in enumerate(results) for text, score in r.nbest]
@@ -125,7 +130,6 @@ def cmd_translate(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .data.corpus import DataError, read_lines
     from .data.named import get_corpus, named_paths, tokenized_reference_path
-    from .data.tokenizer import SubwordTokenizer
     from .evaluate import score
 
     src_lang = tgt_lang = None
@@ -156,11 +160,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if len(sources) != len(refs) or (tok_refs is not None and len(tok_refs) != len(refs)):
         raise ValueError(f"{src} has {len(sources)} lines, {ref} {len(refs)}"
                          + ("" if tok_refs is None else f", {tok_ref} {len(tok_refs)}"))
-    hyps = [r.text for r in _translate_lines(args, sources)]
+    results, translator = _translate_lines(args, sources)
+    hyps = [r.text for r in results]
     if args.output:
         _write_output_lines(hyps, args.output)
-    lowercase = SubwordTokenizer.load(args.model[0]).lowercase  # a lowercase model is scored case-insensitively
-    print(score(hyps, refs, lang or "", tok_refs, lowercase=lowercase).format())
+    # a model that writes lowercase is scored case-insensitively
+    print(score(hyps, refs, lang or "", tok_refs, lowercase=translator.tokenizer.lowercase).format())
     return 0
 
 

@@ -55,10 +55,6 @@ def load_corpora(cfg: TrainConfig) -> tuple[ParallelCorpus, ParallelCorpus | Non
     return train, valid
 
 
-def _lower(corpus: ParallelCorpus) -> ParallelCorpus:
-    return ParallelCorpus([s.lower() for s in corpus.src], [t.lower() for t in corpus.tgt])
-
-
 def filter_long(src: list[list[int]], tgt: list[list[int]], max_len: int,
                 max_ratio: float | None) -> tuple[list[int], int, int]:
     """Indices of pairs to keep; counts of pairs dropped as too long and as over the length ratio."""
@@ -88,8 +84,8 @@ def prepare_data(cfg: TrainConfig, out_dir: Path, train_tokenizer: bool) -> Enco
                                            lowercase=cfg.lowercase)
     else:
         tokenizer = SubwordTokenizer.load(out_dir)
-    if tokenizer.lowercase:  # the model writes lowercase: validation BLEU against lowercased references
-        train, valid = _lower(train), None if valid is None else _lower(valid)
+    if tokenizer.lowercase and valid is not None:  # the tokenizer lowercases what it encodes; the model writes
+        valid = ParallelCorpus(valid.src, [t.lower() for t in valid.tgt])  # lowercase: BLEU references to match
     src, tgt = tokenizer.encode_src(train.src), tokenizer.encode_tgt(train.tgt)
     keep, too_long, ratio = filter_long(src, tgt, cfg.max_len, cfg.max_ratio)
     if too_long or ratio:
