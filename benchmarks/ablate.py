@@ -44,7 +44,7 @@ def main() -> int:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    qkv = [sys.executable, "-m", "qkv.cli"]
+    qkv = [sys.executable, "-m", "qkv"]
     variants = [v.split("=", 1) for v in args.variant]
     pending, running, start = list(variants), [], time.time()
     while pending or running:

@@ -24,9 +24,9 @@ import time
 import torch
 
 from qkv import Transformer, TransformerConfig
+from qkv.apps.translator import prepare_for_decoding
 from qkv.decode import beam_search, greedy
-from qkv.decode.translator import prepare_for_decoding
-from qkv.decode.workers import map_in_workers
+from qkv.runtime.workers import map_in_workers
 
 
 def main() -> None:

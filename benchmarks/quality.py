@@ -41,7 +41,7 @@ RESULTS: dict[str, tuple[str, list[str], str, str, int, int]] = {
 
 
 def qkv(*args: str, capture: bool = False) -> str:
-    cmd = [sys.executable, "-m", "qkv.cli", *args]
+    cmd = [sys.executable, "-m", "qkv.apps.cli", *args]
     print("+ qkv " + " ".join(args), flush=True)
     res = subprocess.run(cmd, check=True, text=True, capture_output=capture)
     return (res.stdout + res.stderr) if capture else ""

@@ -7,7 +7,7 @@
 
 One random model, three engines. A Hugging Face `MarianMTModel` of the base shape (6 + 6 layers, d_model 512,
 d_ff 2048, 8 heads, ReLU, post-norm, sinusoidal positions, a shared and tied 8,000-token vocabulary) is built
-with random weights, imported into qkv with `qkv.convert.from_marian`, and converted to CTranslate2 with
+with random weights, imported into qkv with `qkv.interop.marian.from_marian`, and converted to CTranslate2 with
 `ctranslate2.converters.TransformersConverter` (float32 and int8). Ids: unk 1, decoder start (bos) 2, eos 3, and pad
 last (8k - 1), where Marian has it: CTranslate2's Marian converter drops the last row as the pad. The bos row is
 zeroed, so that the three compute the same function (CTranslate2 starts Marian decoders from a zero embedding).
@@ -26,14 +26,14 @@ Timed, each engine and setting in a fresh subprocess (so that the peak RSS is it
   (inter_threads, intra_threads) = (2, 1); it receives all sentences of a run at once with max_batch_size =
   the batch, so inter_threads = 2 decodes two batches in parallel (its throughput mode). qkv runs both ways
   too: "qkv" uses torch's threads on one batch at a time, "qkv 2x1" decodes two batches at once on two worker
-  threads with one torch thread each (`qkv.decode.workers`, `--workers 2` in `qkv translate`). "qkv" rows use
-  packed weights (`qkv.decode.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear.
+  threads with one torch thread each (`qkv.runtime.workers`, `--workers 2` in `qkv translate`). "qkv" rows use
+  packed weights (`qkv.runtime.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear.
   (CT2's (1, 2) layout measured the same as its default, 1 x all cores, and was dropped to keep the run short.)
 * training: forward + backward + Adam step on `--train-sentences` pairs (25 target tokens each, ~4,000 per step),
   float32, dropout 0.1, qkv vs Hugging Face: target tokens/s, and achieved GFLOP/s (matmul FLOPs counted from the
   shapes, backward = 2 x forward) as a fraction of the machine's fp32 matmul peak, measured with torch.matmul on
   `--matmul-size` square matrices with the same threads. Each engine runs twice: as is, and with glibc told to
-  keep freed memory (`qkv.allocator.keep_freed_memory`, which qkv's Trainer does on the CPU; it helps any
+  keep freed memory (`qkv.runtime.process.keep_freed_memory`, which qkv's Trainer does on the CPU; it helps any
   PyTorch training loop, HF's too).
 * attention: one encoder self-attention layer (d_model 512, 8 heads, batch 1) at sequence lengths 128 .. 4096:
   time and peak memory (RSS high-water mark above the one before the call) of qkv's fused path
@@ -94,8 +94,8 @@ def build(work: Path, args: argparse.Namespace) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import MarianMTModel, PreTrainedTokenizerFast
 
-    from qkv.checkpoint import save_model_dir
-    from qkv.convert import from_marian
+    from qkv.interop.marian import from_marian
+    from qkv.modeldir import save_model_dir
 
     torch.manual_seed(0)
     hf = MarianMTModel(marian_config(args.vocab)).eval()
@@ -130,10 +130,10 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
                workers: int = 1, pack: bool | None = None) -> Translate:
     import torch
 
-    from qkv.checkpoint import load_model_dir
+    from qkv.apps.translator import prepare_for_decoding
     from qkv.decode import beam_search, greedy
-    from qkv.decode.translator import prepare_for_decoding
-    from qkv.decode.workers import map_in_workers
+    from qkv.modeldir import load_model_dir
+    from qkv.runtime.workers import map_in_workers
 
     model = prepare_for_decoding(load_model_dir(work / "qkv"), "cpu", quantize, pack)  # as Translator.load does
 
@@ -283,7 +283,7 @@ def measure_training(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
     import_engine(spec["engine"])
     imports_mb = memory_mb("VmRSS")
     if spec.get("keep_freed_memory"):  # what qkv's Trainer does on the CPU (qkv/allocator.py)
-        from qkv.allocator import keep_freed_memory
+        from qkv.runtime.process import keep_freed_memory
 
         keep_freed_memory()
     torch.manual_seed(0)
@@ -294,7 +294,7 @@ def measure_training(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
     labels[:, -1] = EOS
     tgt_in = torch.cat([torch.full((B, 1), BOS), labels[:, :-1]], dim=1)
     if spec["engine"] == "qkv":
-        from qkv.checkpoint import load_model_dir
+        from qkv.modeldir import load_model_dir
 
         model = load_model_dir(work / "qkv")
 
@@ -388,8 +388,8 @@ def check(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import MarianMTModel
 
-    from qkv.checkpoint import load_model_dir
-    from qkv.decode.packed import pack_linear_weights
+    from qkv.modeldir import load_model_dir
+    from qkv.runtime.packed import pack_linear_weights
 
     sources = load_sources(work, args.batch32_sentences)
     src = torch.tensor(sources[:8])

@@ -38,7 +38,7 @@ def last_weights(run: Path) -> dict[str, torch.Tensor]:
 
 def test_killed_run_resumes_to_the_same_parameters(tmp_path: Path, recipe: Recipe) -> None:
     cfg = recipe(max_steps=150, valid_every=5, log_every=50)
-    cmd = [sys.executable, "-m", "qkv.cli", "train", "--out", str(tmp_path / "killed"), *cli_args(cfg)]
+    cmd = [sys.executable, "-m", "qkv", "train", "--out", str(tmp_path / "killed"), *cli_args(cfg)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = tmp_path / "killed" / "checkpoints" / "step_00000005"
     deadline = time.time() + 120
@@ -67,7 +67,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     no_dropout = {"dropout": 0.0, "attention_dropout": 0.0}
     ddp_cfg = recipe(max_steps=4, valid_every=2, model=no_dropout)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "qkv.cli", "train", "--out", str(tmp_path / "ddp"),
+           "--master_port", str(free_port()), "-m", "qkv", "train", "--out", str(tmp_path / "ddp"),
            *cli_args(ddp_cfg)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)

@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from qkv.checkpoint import CheckpointError, load_model_dir
 from qkv.data.batching import collate
+from qkv.modeldir import CheckpointError, load_model_dir
 from qkv.train import TrainConfig, Trainer
 from qkv.train.average import average_run
-from qkv.train.config import load_train_config, parse_overrides
-from qkv.train.state import list_checkpoints
+from qkv.train.checkpoints import list_checkpoints
+from qkv.train.recipe import load_train_config, parse_overrides
 
 Recipe = Callable[..., TrainConfig]
 
@@ -134,7 +134,7 @@ def test_early_stopping_and_bleu_validation(tmp_path: Path, recipe: Recipe) -> N
 
 
 def test_bad_data_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from qkv.cli import main
+    from qkv.apps.cli import main
 
     (tmp_path / "a.txt").write_text("eins\nzwei\ndrei\n")
     (tmp_path / "b.txt").write_text("one\ntwo\n")
@@ -238,7 +238,7 @@ def test_subword_dropout_draws_a_new_segmentation_every_epoch(tmp_path: Path, re
 
 def test_lowercase_equals_training_on_lowercased_files(tmp_path: Path) -> None:
     """`lowercase: true` on cased files gives the data of a plain run on files lowercased beforehand."""
-    from qkv.train.data import EncodedData, prepare_data
+    from qkv.train.prepare import EncodedData, prepare_data
 
     words = ["A", "Man", "runs", "over", "the", "Green", "grass", "In", "Berlin", "with", "ÄRGER"]
     lines = [" ".join(words[(i + j) % len(words)] for j in range(3 + i % 5)) for i in range(60)]

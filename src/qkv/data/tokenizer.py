@@ -8,7 +8,7 @@ Two choices make the tokenizer lossless, `decode(encode(text)) == text` up to ru
 matters because translations are scored on their detokenized text against raw references:
 
 * normalization is `identity`: SentencePiece's default NFKC would, for instance, turn the Chinese full-width
-  comma "，" into ","; punctuation normalization is the scorer's job (see `qkv.evaluate`);
+  comma "，" into ","; punctuation normalization is the scorer's job (see `qkv.apps.evaluate`);
 * for scripts with thousands of characters (CJK) the character coverage is 0.9995, as SentencePiece
   recommends, and the rare characters left out of the vocabulary fall back to their UTF-8 bytes instead of
   becoming <unk>.

@@ -1,6 +1,6 @@
 """Training: data preparation, loss, schedules, the trainer loop, checkpoints, distributed helpers."""
 
-from .config import TrainConfig, load_train_config, parse_overrides
+from .recipe import TrainConfig, load_train_config, parse_overrides
 from .trainer import Trainer, TrainResult
 
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "load_train_config", "parse_overrides"]

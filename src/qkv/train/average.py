@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from ..checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_model_dir, save_weights
-from .state import MODEL_FILE, list_checkpoints
+from ..modeldir import CONFIG_FILE, WEIGHTS_FILE, load_model_dir, save_weights
+from .checkpoints import MODEL_FILE, list_checkpoints
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:

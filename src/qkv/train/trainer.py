@@ -23,16 +23,16 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from ..allocator import keep_freed_memory
-from ..checkpoint import save_model_dir
 from ..data.batching import Batch, TokenBatchSampler, collate
 from ..model import Transformer
-from .config import TrainConfig
-from .data import EncodedData, prepare_data, sample_segmentation
+from ..modeldir import save_model_dir
+from ..runtime.process import keep_freed_memory
+from .checkpoints import list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint
 from .distributed import all_reduce_sum, barrier, cleanup, gather_rng_states, init_distributed
 from .loss import label_smoothed_loss, label_smoothed_loss_from_hidden
+from .prepare import EncodedData, prepare_data, sample_segmentation
+from .recipe import TrainConfig
 from .schedule import lr_multiplier, paper_peak_lr
-from .state import list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint
 
 log = logging.getLogger("qkv.train")
 LOG_FIELDS = ["step", "epoch", "lr", "train_loss", "train_ppl", "tokens_per_s", "valid_loss", "valid_ppl",
@@ -210,7 +210,7 @@ class Trainer:
             loss_sum, nll_sum, n = loss_sum + loss.item(), nll_sum + nll.item(), n + batch.n_tgt_tokens
         out = {"valid_loss": loss_sum / n, "valid_ppl": math.exp(min(nll_sum / n, 50.0))}
         if self.cfg.valid_bleu and d.valid is not None:
-            from ..decode.translator import Translator
+            from ..apps.translator import Translator
             from ..evaluate import bleu
 
             k = self.cfg.valid_max_sentences or len(d.valid)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from qkv.evaluate import Scores, bleu, chrf, score, tokenize_lowercase, tokenized_bleu
+from qkv.apps.evaluate import Scores, bleu, chrf, score, tokenize_lowercase, tokenized_bleu
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MULTI30K = DATA / "multi30k"

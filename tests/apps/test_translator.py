@@ -11,11 +11,12 @@ import torch
 from tiny_models import EndingTransformer, tiny_config
 
 from qkv import DecoderOnly, Transformer
-from qkv.checkpoint import save_model_dir
+from qkv.apps.translator import Translator
 from qkv.data.batching import pad_sequences
 from qkv.data.tokenizer import SubwordTokenizer
-from qkv.decode import Translator, beam_search
-from qkv.decode.packed import packing_available
+from qkv.decode import beam_search
+from qkv.modeldir import save_model_dir
+from qkv.runtime.packed import packing_available
 from sentences import EN, ZH  # tests/sentences.py
 
 TEXTS = [EN[0], "", ZH[1], EN[3] + " " + EN[4], "   ", ZH[5], EN[6], ZH[7] + ZH[8], EN[9], "dog"]
@@ -82,7 +83,7 @@ def test_each_worker_runs_torch_on_its_share_of_the_threads() -> None:
     import threading
     import time
 
-    from qkv.decode.workers import map_in_workers
+    from qkv.runtime.workers import map_in_workers
 
     def where(_: int) -> tuple[int, int]:
         time.sleep(0.05)  # both workers take a job before either finishes

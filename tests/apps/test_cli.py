@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from qkv.cli import main
+from qkv.apps.cli import main
 
 
 def test_params_prints_paper_sized_count(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,7 @@
 """Import a Hugging Face `MarianMTModel` into a qkv `Transformer`: the same function, computed by qkv's code.
 
     from transformers import MarianMTModel
-    from qkv.convert import from_marian
+    from qkv.interop.marian import from_marian
     model = from_marian(MarianMTModel(marian_config))   # logits equal Marian's up to float rounding
 
 Marian is the paper's post-norm encoder-decoder, so every weight has a place in qkv: the q/k/v projections
@@ -33,11 +33,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .config import TransformerConfig
-from .model import Transformer
-from .model.attention import MultiHeadedAttention
-from .model.layers import PositionwiseFeedForward
-from .model.positions import sinusoid_table
+from ..config import TransformerConfig
+from ..model import Transformer
+from ..model.attention import MultiHeadedAttention
+from ..model.layers import PositionwiseFeedForward
+from ..model.positions import sinusoid_table
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}  # Hugging Face name -> qkv name, for the same function
 

@@ -11,7 +11,7 @@ from ..data.corpus import ParallelCorpus, clean, load_parallel, load_tsv
 from ..data.named import get_corpus, load_named
 from ..data.synthetic import synthetic_splits
 from ..data.tokenizer import SubwordTokenizer, seed_sampling
-from .config import TrainConfig
+from .recipe import TrainConfig
 
 log = logging.getLogger("qkv.train")
 

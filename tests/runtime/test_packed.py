@@ -12,7 +12,7 @@ from torch import nn
 
 from qkv import DecoderOnly, Transformer
 from qkv.decode import beam_search, greedy
-from qkv.decode.packed import PackedLinear, pack_linear_weights, packing_available
+from qkv.runtime.packed import PackedLinear, pack_linear_weights, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN packed linear")
 
@@ -57,7 +57,7 @@ def test_a_decoder_only_model_packs_too_and_bad_models_are_refused() -> None:
 
 
 def test_packed_model_on_worker_threads_decodes_as_one_thread() -> None:
-    from qkv.decode.workers import map_in_workers
+    from qkv.runtime.workers import map_in_workers
 
     model = tiny_model(d_model=64, d_ff=128)
     packed = pack_linear_weights(copy.deepcopy(model))
@@ -69,7 +69,7 @@ def test_packed_model_on_worker_threads_decodes_as_one_thread() -> None:
 PACK_PEAK = """
 import torch
 from qkv import Transformer, TransformerConfig
-from qkv.decode.packed import pack_linear_weights
+from qkv.runtime.packed import pack_linear_weights
 def mb(field):
     return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(field + ':')) / 1024
 model = Transformer(TransformerConfig.preset('tiny', src_vocab_size=1000, d_model=512, d_ff=2048, n_heads=8,

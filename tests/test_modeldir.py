@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from qkv import DecoderOnly, Transformer, TransformerConfig
-from qkv.checkpoint import WEIGHTS_FILE, CheckpointError, load_model_dir, load_weights, save_model_dir
+from qkv.modeldir import WEIGHTS_FILE, CheckpointError, load_model_dir, load_weights, save_model_dir
 
 
 def tiny(**overrides: object) -> TransformerConfig:
@@ -73,7 +73,7 @@ LOAD_PEAK = f"""
 SHAPE = {SHAPE!r}
 import sys
 from qkv import Transformer, TransformerConfig
-from qkv.checkpoint import load_weights
+from qkv.modeldir import load_weights
 def mb(field):
     return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(field + ':')) / 1024
 model = Transformer(TransformerConfig.preset(**SHAPE))  # ~120 MB of weights, in tensors of 4 MB at most

@@ -14,8 +14,8 @@ from torch import Tensor
 
 transformers = pytest.importorskip("transformers")
 
-from qkv.convert import from_marian, marian_permutation  # noqa: E402
 from qkv.decode import greedy  # noqa: E402
+from qkv.interop.marian import from_marian, marian_permutation  # noqa: E402
 from qkv.model.positions import sinusoid_table  # noqa: E402
 
 PAD, BOS, EOS, V = 0, 2, 3, 96

@@ -23,15 +23,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..checkpoint import load_model_dir
 from ..data.batching import cut_into_batches, pad_sequences
 from ..data.tokenizer import SubwordTokenizer
+from ..decode.ensemble import Ensemble
+from ..decode.search import DEFAULT_MAX_LEN_B, Hypothesis, beam_search, cross_attention, greedy, sample
 from ..model import Transformer
-from .ensemble import Ensemble
-from .packed import pack_linear_weights, packing_available
-from .quantize import QUANTIZATIONS, quantize_int8
-from .search import DEFAULT_MAX_LEN_B, Hypothesis, beam_search, cross_attention, greedy, sample
-from .workers import map_in_workers
+from ..modeldir import load_model_dir
+from ..runtime.packed import pack_linear_weights, packing_available
+from ..runtime.quantize import QUANTIZATIONS, quantize_int8
+from ..runtime.workers import map_in_workers
 
 DEFAULT_MAX_SRC_TOKENS = 1024
 

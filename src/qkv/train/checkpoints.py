@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..checkpoint import CheckpointError, load_weights, read_json, save_weights
+from ..modeldir import CheckpointError, load_weights, read_json, save_weights
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"

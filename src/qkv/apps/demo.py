@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data.synthetic import synthetic_splits
-from .decode.translator import Translator
-from .train import TrainConfig, Trainer, load_train_config
+from ..data.synthetic import synthetic_splits
+from ..train import TrainConfig, Trainer, load_train_config
+from .translator import Translator
 
 DEMO_RECIPE = {
     "corpus": "synthetic", "synthetic_train": 20000, "synthetic_valid": 200, "synthetic_max_value": 999_999,

@@ -11,7 +11,7 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from qkv import Transformer
 from qkv.decode import greedy
-from qkv.decode.quantize import quantize_int8
+from qkv.runtime.quantize import quantize_int8
 
 
 def test_every_linear_becomes_int8_and_the_float_model_is_left_alone() -> None:

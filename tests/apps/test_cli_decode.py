@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from qkv import Transformer, TransformerConfig
-from qkv.checkpoint import save_model_dir
-from qkv.cli import main
+from qkv.apps.cli import main
+from qkv.apps.evaluate import tokenize_lowercase
+from qkv.apps.translator import Translator
 from qkv.data.tokenizer import SubwordTokenizer
-from qkv.decode import Translator
-from qkv.evaluate import tokenize_lowercase
+from qkv.modeldir import save_model_dir
 from sentences import EN, ZH  # tests/sentences.py
 
 FAST = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "4"]  # short outputs keep the tests fast
@@ -117,7 +117,7 @@ def test_translate_as_a_process_reads_and_writes_utf8(model_dir: Path) -> None:
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     env.pop("PYTHONIOENCODING", None)
     text = f"{ZH[3]}\n\n{EN[2]}\n"
-    run = subprocess.run([sys.executable, "-m", "qkv.cli", "translate", "--model", str(model_dir), *FAST],
+    run = subprocess.run([sys.executable, "-m", "qkv", "translate", "--model", str(model_dir), *FAST],
                          input=text.encode("utf-8"), capture_output=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr.decode()
     outputs = run.stdout.decode("utf-8").split("\n")
@@ -165,7 +165,7 @@ def test_evaluate_scores_a_lowercase_model_case_insensitively(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """A model whose tokenizer lowercases writes lowercase: `evaluate` scores it as sacreBLEU does with
     lowercase=True against the same hypotheses (written with --output)."""
-    from qkv.evaluate import bleu, chrf
+    from qkv.apps.evaluate import bleu, chrf
 
     directory = tmp_path / "lc"
     tokenizer = SubwordTokenizer.train(EN, ZH, directory, vocab_size=500, lowercase=True)

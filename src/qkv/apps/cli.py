@@ -17,14 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import PRESETS, TransformerConfig
+from ..config import PRESETS, TransformerConfig
 
 if TYPE_CHECKING:
-    from .decode import Translator
+    from .translator import Translator
 
 
 def cmd_params(args: argparse.Namespace) -> int:
-    from .model import count_parameters
+    from ..model import count_parameters
 
     cfg = TransformerConfig.preset(args.preset, src_vocab_size=args.vocab)
     n = count_parameters(cfg)
@@ -33,7 +33,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .train import Trainer, load_train_config, parse_overrides
+    from ..train import Trainer, load_train_config, parse_overrides
 
     cfg = load_train_config(args.config, parse_overrides(args.overrides))
     result = Trainer(cfg, args.out, resume=args.resume).train()
@@ -43,7 +43,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_average(args: argparse.Namespace) -> int:
-    from .train.average import average_run
+    from ..train.average import average_run
 
     target, paths = average_run(args.model, args.last, args.out)
     print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {target}")
@@ -67,7 +67,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _read_input_lines(path: str | None) -> list[str]:
     """Lines of FILE (or of stdin, read as UTF-8 whatever the locale), split on "\\n" only."""
-    from .data.corpus import read_lines
+    from ..data.corpus import read_lines
 
     if path is not None:
         return read_lines(path)
@@ -100,7 +100,7 @@ def _translate_lines(args: argparse.Namespace, lines: list[str], **options: obje
     Returns the results and the translator."""
     import time
 
-    from .decode import Translator
+    from .translator import Translator
 
     translator = Translator.load(args.model, args.device, args.max_src_tokens, quantize=args.quantize,
                                  pack=False if args.no_pack else None)
@@ -128,8 +128,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .data.corpus import DataError, read_lines
-    from .data.named import get_corpus, named_paths, tokenized_reference_path
+    from ..data.corpus import DataError, read_lines
+    from ..data.named import get_corpus, named_paths, tokenized_reference_path
     from .evaluate import score
 
     src_lang = tgt_lang = None

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from qkv.cli import main
-from qkv.decode.translator import Translator
-from qkv.demo import run_demo
+from qkv.apps.cli import main
+from qkv.apps.demo import run_demo
+from qkv.apps.translator import Translator
 
 
 def test_short_demo_learns_held_out_numbers(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 SCRIPT = """
 import resource, sys, torch
-from qkv.allocator import keep_freed_memory
+from qkv.runtime.process import keep_freed_memory
 torch.set_num_threads(1)
 if sys.argv[1] == "keep":
     assert keep_freed_memory()

@@ -1,0 +1,1 @@
+"""The applications: text in, text out (`Translator`), scoring, the demo and the command line."""

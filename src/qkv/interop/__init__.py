@@ -1,0 +1,1 @@
+"""Models from and to other toolkits: Marian / OPUS-MT import."""
