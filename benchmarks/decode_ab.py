@@ -24,7 +24,7 @@ import time
 import torch
 
 from qkv import Transformer, TransformerConfig
-from qkv.apps.translator import prepare_for_decoding
+from qkv.runtime.prepare import prepare_for_decoding
 from qkv.decode import beam_search, greedy
 from qkv.runtime.workers import map_in_workers
 

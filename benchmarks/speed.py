@@ -130,7 +130,7 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
                workers: int = 1, pack: bool | None = None) -> Translate:
     import torch
 
-    from qkv.apps.translator import prepare_for_decoding
+    from qkv.runtime.prepare import prepare_for_decoding
     from qkv.decode import beam_search, greedy
     from qkv.modeldir import load_model_dir
     from qkv.runtime.workers import map_in_workers

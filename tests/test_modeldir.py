@@ -34,7 +34,7 @@ def test_round_trip_is_exact_and_keeps_ties(model: torch.nn.Module, tmp_path: Pa
     for name in saved:
         assert torch.equal(saved[name], got[name]), name
     if isinstance(model, Transformer) and model.config.tie_output:  # one tensor, as in the built model
-        assert loaded.generator.weight is loaded.decoder.embedding.lookup.weight
+        assert loaded.output_projection.weight is loaded.decoder.embedding.lookup.weight
 
 
 def test_truncated_or_mismatched_weights_are_clear_errors(tmp_path: Path) -> None:

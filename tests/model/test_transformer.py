@@ -40,15 +40,16 @@ def copy_into_torch_transformer(model: Transformer) -> nn.Transformer:
                "multihead_attn.in_proj_weight": "cross_attn.in_proj.weight",
                "multihead_attn.in_proj_bias": "cross_attn.in_proj.bias",
                "multihead_attn.out_proj": "cross_attn.out_proj", "linear1": "feed_forward.w_1",
-               "linear2": "feed_forward.w_2", "norm1": "sublayer.0.norm", "norm2": "sublayer.1.norm"}
+               "linear2": "feed_forward.w_2", "norm1": "self_attn_block.norm", "norm2": "NORM2"}
     new = {}
     for key in ref.state_dict():
         k = key
         for theirs, mine in mapping.items():
             k = k.replace(theirs, mine)
         k = k.replace("decoder.layers.", "DEC.").replace("encoder.layers.", "ENC.")
-        if k.startswith("DEC."):
-            k = k.replace("norm3", "sublayer.2.norm")
+        if k.startswith("DEC."):  # norm2 follows cross-attention in a decoder layer, the FFN in an encoder
+            k = k.replace("NORM2", "cross_attn_block.norm").replace("norm3", "ff_block.norm")
+        k = k.replace("NORM2", "ff_block.norm")
         k = k.replace("DEC.", "decoder.layers.").replace("ENC.", "encoder.layers.")
         new[key] = ours[k] if k in ours else ref.state_dict()[key]  # post-norm: ref's final norms unused
     ref.load_state_dict(new)
@@ -72,7 +73,7 @@ def test_equals_torch_transformer_with_copied_weights(norm_first: bool) -> None:
         hidden = ref(src_emb, tgt_emb, tgt_mask=nn.Transformer.generate_square_subsequent_mask(T),
                      src_key_padding_mask=src == 0, memory_key_padding_mask=src == 0,
                      tgt_key_padding_mask=tgt == 0, tgt_is_causal=True)
-        expected = model.generator(hidden)
+        expected = model.output_projection(hidden)
     real = tgt != 0  # padded target positions are never scored
     torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
 
@@ -213,11 +214,11 @@ def test_parameter_counts_match_the_paper() -> None:
 
 def test_weight_tying_options() -> None:
     tied = Transformer(tiny())
-    assert tied.generator.weight is tied.decoder.embedding.weight is tied.encoder.embedding.weight
+    assert tied.output_projection.weight is tied.decoder.embedding.weight is tied.encoder.embedding.weight
     untied = Transformer(tiny(share_embeddings=False, tie_output=False, tgt_vocab_size=60))
     assert untied.encoder.embedding.weight is not untied.decoder.embedding.weight
-    assert untied.generator.weight is not untied.decoder.embedding.weight
-    assert untied.generator.weight.shape == (60, 64)
+    assert untied.output_projection.weight is not untied.decoder.embedding.weight
+    assert untied.output_projection.weight.shape == (60, 64)
     n_tied, n_untied = tied.num_parameters(), untied.num_parameters()
     assert n_untied - n_tied == 50 * 64 + 60 * 64 * 2 - 50 * 64
 

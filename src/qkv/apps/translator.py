@@ -21,16 +21,22 @@ from itertools import pairwise
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..data.batching import cut_into_batches, pad_sequences
 from ..data.tokenizer import SubwordTokenizer
 from ..decode.ensemble import Ensemble
-from ..decode.search import DEFAULT_MAX_LEN_B, Hypothesis, beam_search, cross_attention, greedy, sample
+from ..decode.search import (
+    DEFAULT_MAX_LEN_B,
+    Hypothesis,
+    beam_search,
+    cross_attention,
+    greedy,
+    sample,
+)
 from ..model import Transformer
 from ..modeldir import load_model_dir
-from ..runtime.packed import pack_linear_weights, packing_available
-from ..runtime.quantize import QUANTIZATIONS, quantize_int8
+from ..runtime.prepare import prepare_for_decoding
 from ..runtime.workers import map_in_workers
 
 DEFAULT_MAX_SRC_TOKENS = 1024
@@ -51,22 +57,6 @@ class Translation:
     tokens: list[int]
     nbest: list[tuple[str, float]]
     attention: Tensor | None = None
-
-
-def prepare_for_decoding(model: nn.Module, device: str | torch.device = "cpu", quantize: str | None = None,
-                         pack: bool | None = None) -> nn.Module:
-    """The model as decoding runs it, changed in place: quantize="int8" swaps its linear layers for int8 ones
-    (`decode.quantize`); otherwise pack=True (or None on a CPU whose torch build supports it) packs its float32
-    linear weights for oneDNN (`decode.packed`); pack=False leaves nn.Linear."""
-    if quantize is not None:
-        if quantize not in QUANTIZATIONS:
-            raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
-        if pack:
-            raise ValueError("choose int8 quantization or packed float32 weights, not both")
-        return quantize_int8(model, inplace=True)  # the float model is not kept
-    if pack or (pack is None and torch.device(device).type == "cpu" and packing_available()):
-        return pack_linear_weights(model)
-    return model.eval()
 
 
 class Translator:
@@ -188,4 +178,4 @@ class Translator:
                            attention)
 
 
-__all__ = ["Translation", "Translator", "prepare_for_decoding"]
+__all__ = ["Translation", "Translator"]

@@ -22,7 +22,7 @@ is exact (only the order of float additions changes).
 
 Not representable in qkv today (the converter raises instead of approximating):
   * Marian's activation "swish" (the default of the OPUS-MT checkpoints): qkv has relu, gelu, swiglu.
-  * a non-zero `final_logits_bias` (OPUS-MT checkpoints carry Marian's output bias): qkv's generator has no bias.
+  * a non-zero `final_logits_bias` (OPUS-MT checkpoints carry Marian's output bias): qkv's output projection has no bias.
   * `decoder_start_token_id == pad_token_id` (Marian's convention): qkv's config needs four distinct special ids.
 """
 
@@ -153,7 +153,7 @@ def from_marian(hf_model: nn.Module, unk_id: int | None = None) -> Transformer:
     hf_config = hf_model.config
     bias = getattr(hf_model, "final_logits_bias", None)
     if bias is not None and bool(bias.any()):
-        raise NotImplementedError("final_logits_bias is non-zero; qkv's output projection (`generator`) has no bias")
+        raise NotImplementedError("final_logits_bias is non-zero; qkv's output projection (`output_projection`) has no bias")
     cfg = config_from_marian(hf_config, unk_id)
     marian = hf_model.model
     _check_positions(marian.encoder.embed_positions.weight, marian_permutation(cfg.d_model))
@@ -165,19 +165,19 @@ def from_marian(hf_model: nn.Module, unk_id: int | None = None) -> Transformer:
     if not cfg.share_embeddings:
         model.decoder.embedding.weight.copy_(marian.decoder.embed_tokens.weight[:, perm])
     if not cfg.tie_output:
-        model.generator.weight.copy_(hf_model.lm_head.weight[:, perm])
+        model.output_projection.weight.copy_(hf_model.lm_head.weight[:, perm])
     for dst, src in zip(model.encoder.layers, marian.encoder.layers, strict=True):
         _copy_attention(dst.self_attn, src.self_attn, perm)
         _copy_feed_forward(dst.feed_forward, src.fc1, src.fc2, perm)
-        _copy_norm(dst.sublayer[0].norm, src.self_attn_layer_norm, perm)
-        _copy_norm(dst.sublayer[1].norm, src.final_layer_norm, perm)
+        _copy_norm(dst.self_attn_block.norm, src.self_attn_layer_norm, perm)
+        _copy_norm(dst.ff_block.norm, src.final_layer_norm, perm)
     for dst, src in zip(model.decoder.layers, marian.decoder.layers, strict=True):
         _copy_attention(dst.self_attn, src.self_attn, perm)
         _copy_attention(dst.cross_attn, src.encoder_attn, perm)
         _copy_feed_forward(dst.feed_forward, src.fc1, src.fc2, perm)
-        _copy_norm(dst.sublayer[0].norm, src.self_attn_layer_norm, perm)
-        _copy_norm(dst.sublayer[1].norm, src.encoder_attn_layer_norm, perm)
-        _copy_norm(dst.sublayer[2].norm, src.final_layer_norm, perm)
+        _copy_norm(dst.self_attn_block.norm, src.self_attn_layer_norm, perm)
+        _copy_norm(dst.cross_attn_block.norm, src.encoder_attn_layer_norm, perm)
+        _copy_norm(dst.ff_block.norm, src.final_layer_norm, perm)
     return model.train(hf_model.training)
 
 

@@ -66,6 +66,14 @@ class SublayerConnection(nn.Module):
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
 
+    def with_weights(self, x: Tensor, sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]]
+                     ) -> tuple[Tensor, Tensor | None]:
+        """The same for an attention sub-layer that also returns its weights: -> (x, weights)."""
+        out, weights = sublayer(self.norm(x) if self.norm_first else x)
+        if self.norm_first:
+            return x + self.dropout(out), weights
+        return self.norm(x + self.dropout(out)), weights
+
 
 def _attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadedAttention:
     return MultiHeadedAttention(cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.attention_dropout, cfg.bias,
@@ -87,42 +95,42 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = _attention(cfg)
         self.feed_forward = _feed_forward(cfg)
-        self.sublayer = nn.ModuleList([_sublayer(cfg), _sublayer(cfg)])
+        self.self_attn_block = _sublayer(cfg)
+        self.ff_block = _sublayer(cfg)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
                 rotary: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        x = self.sublayer[0](x, lambda h: self.self_attn(h, mask=mask, bias=bias, rotary=rotary)[0])
-        return self.sublayer[1](x, self.feed_forward)
+        x = self.self_attn_block(x, lambda h: self.self_attn(h, mask=mask, bias=bias, rotary=rotary)[0])
+        return self.ff_block(x, self.feed_forward)
 
 
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the memory (absent in decoder-only models), FFN.
 
-    x (B, T, D), memory (B, S, D) -> (B, T, D) and, if need_weights, the cross-attention weights (B, H, T, S).
+    x (B, T, D), memory (B, S, D) -> (B, T, D) and, if need_weights, the cross-attention weights
+    (B, H, T, S).
     """
 
     def __init__(self, cfg: TransformerConfig, cross_attention: bool = True) -> None:
         super().__init__()
         self.self_attn = _attention(cfg)
+        self.self_attn_block = _sublayer(cfg)
         self.cross_attn = _attention(cfg, cross=True) if cross_attention else None
+        self.cross_attn_block = _sublayer(cfg) if cross_attention else None
         self.feed_forward = _feed_forward(cfg)
-        self.sublayer = nn.ModuleList([_sublayer(cfg) for _ in range(3 if cross_attention else 2)])
+        self.ff_block = _sublayer(cfg)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, bias: Tensor | None = None,
                 rotary: tuple[Tensor, Tensor] | None = None, self_cache: KVCache | None = None,
-                cross_cache: KVCache | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        x = self.sublayer[0](
-            x, lambda h: self.self_attn(h, mask=self_mask, bias=bias, rotary=rotary, cache=self_cache)[0])
+                cross_cache: KVCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        x = self.self_attn_block(x, lambda h: self.self_attn(
+            h, mask=self_mask, bias=bias, rotary=rotary, cache=self_cache)[0])
         weights = None
-        if self.cross_attn is not None:
-            assert memory is not None, "an encoder-decoder layer needs the encoder output"
-
-            def cross(h: Tensor) -> Tensor:
-                nonlocal weights
-                out, weights = self.cross_attn(h, memory, mask=memory_mask, cache=cross_cache,
-                                               need_weights=need_weights)
-                return out
-
-            x = self.sublayer[1](x, cross)
-        return self.sublayer[-1](x, self.feed_forward), weights
+        if self.cross_attn is not None and self.cross_attn_block is not None:
+            if memory is None:
+                raise ValueError("an encoder-decoder layer needs the encoder output (memory)")
+            x, weights = self.cross_attn_block.with_weights(x, lambda h: self.cross_attn(
+                h, memory, mask=memory_mask, cache=cross_cache, need_weights=need_weights))
+        return self.ff_block(x, self.feed_forward), weights

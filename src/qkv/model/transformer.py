@@ -2,7 +2,7 @@
 
     Encoder:      ids -> embedding (+ positions) -> N x EncoderLayer -> memory (B, S, D)
     Decoder:      ids -> embedding (+ positions) -> N x DecoderLayer(memory) -> hidden (B, T, D)
-    Transformer:  the encoder-decoder of the paper; logits = generator(decoder(tgt, encoder(src)))
+    Transformer:  the encoder-decoder of the paper; logits = output_projection(decoder(tgt, encoder(src)))
     EncoderOnly:  BERT-style, with a masked-token head and a classification head
     DecoderOnly:  GPT-style causal language model (decoder layers without cross-attention)
 
@@ -143,13 +143,13 @@ class Transformer(nn.Module):
             cfg.target_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
         self.encoder = Encoder(cfg, src_embedding)
         self.decoder = Decoder(cfg, tgt_embedding)
-        self.generator = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=False)
+        self.output_projection = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=False)
         init_linear_weights(self)
         if cfg.tie_output:
-            self.generator.weight = tgt_embedding.weight
+            self.output_projection.weight = tgt_embedding.weight
 
     def forward(self, src_ids: Tensor, tgt_in_ids: Tensor, project: bool = True) -> Tensor:
-        """-> logits (B, T, V); project=False: the decoder's output (B, T, D) before `generator` (a training
+        """-> logits (B, T, V); project=False: the decoder's output (B, T, D) before `output_projection` (a training
         loss can then project the real tokens only, in chunks)."""
         src_mask = padding_mask(src_ids, self.config.pad_id)
         memory = self.encode(src_ids, src_mask)
@@ -168,7 +168,7 @@ class Transformer(nn.Module):
         memory (B, S, D) has one row per source; R is a multiple of B, and consecutive groups of R / B target
         rows (beam search's hypotheses of one sentence) share a memory row."""
         hidden, _ = self.decoder(tgt_ids, memory, memory_mask, cache)
-        return self.generator(hidden)
+        return self.output_projection(hidden)
 
     def new_cache(self, capacity: int = 64) -> DecoderCache:
         """An empty cache for incremental decoding with this model, with room for `capacity` target positions

@@ -186,7 +186,7 @@ class Trainer:
             sync = self.ddp is None or i == len(batches) - 1
             with (contextlib.nullcontext() if sync else self.ddp.no_sync()), self.autocast:  # type: ignore[union-attr]
                 hidden = runner(batch.src, batch.tgt[:, :-1], project=False)  # (B, T, D)
-                loss, nll = label_smoothed_loss_from_hidden(hidden, self.model.generator, batch.tgt[:, 1:],
+                loss, nll = label_smoothed_loss_from_hidden(hidden, self.model.output_projection, batch.tgt[:, 1:],
                                                             self.model_cfg.pad_id, self.cfg.label_smoothing,
                                                             self.cfg.loss_chunk_tokens)
             # DDP averages gradients over ranks, so scale by world size to get sum / global tokens
