@@ -161,43 +161,9 @@ def test_fully_masked_rows_are_zero_and_gradients_finite() -> None:
     assert torch.isfinite(out[0]).all() and out[0].abs().sum() > 0
 
 
-@pytest.mark.parametrize("n_kv_heads", [4, 2])
-@pytest.mark.parametrize(("queries", "per_query_mask"), [(1, False), (3, False), (3, True)])
-def test_few_queries_fast_path_equals_fused_kernel(n_kv_heads: int, queries: int, per_query_mask: bool) -> None:
-    """Beam search over a batch decodes one query per row (or per beam, stacked) for B*H*T >= 512 query rows:
-    that CPU path must equal F.sdpa, with a key-only padding mask or a per-query mask and a per-head bias."""
-    mha = MultiHeadedAttention(D, H, n_kv_heads=n_kv_heads).eval()
-    rows, Dh = 130, D // H  # 130 * 4 heads = 520 query rows at one query each
-    q = torch.randn(rows, H, queries, Dh)
-    k, v = torch.randn(rows, n_kv_heads, S, Dh), torch.randn(rows, n_kv_heads, S, Dh)
-    ids = torch.ones(rows, S, dtype=torch.long)
-    ids[::3, 4:] = 0
-    ids[1] = 0  # a fully padded source row: zeros, as F.sdpa gives
-    mask, bias = padding_mask(ids, 0), torch.randn(1, H, queries, S)
-    if per_query_mask:  # (B, 1, T, S): query t also may not see the last t keys
-        mask = mask & ~torch.ones(queries, S, dtype=torch.bool).tril(-1).flip(1)[None, None]
-    fast, _ = mha.attend(q, k, v, mask, bias, need_weights=False)
-    expected = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")), scale=Dh**-0.5, enable_gqa=n_kv_heads != H)
-    torch.testing.assert_close(fast, expected, atol=1e-5, rtol=1e-5)
-    assert torch.all(fast[1] == 0)
-
-
 def test_self_and_cross_attention_refuse_the_other_call() -> None:
     x, mem = torch.randn(B, T, D), torch.randn(B, S, D)
     with pytest.raises(ValueError, match="cross=True"):
         MultiHeadedAttention(D, H)(x, mem)
     with pytest.raises(ValueError, match="pass memory"):
         MultiHeadedAttention(D, H, cross=True)(x)
-
-
-def test_fused_cross_attention_weights_of_older_checkpoints_still_load() -> None:
-    """Cross-attention once kept [W^Q; W^K; W^V] in one `in_proj`; such state dicts load into q_proj + kv_proj."""
-    cross = MultiHeadedAttention(D, H, n_kv_heads=2, cross=True).eval()
-    weight, bias = cross.projection()
-    old = {"in_proj.weight": weight.clone(), "in_proj.bias": bias.clone(),
-           **{k: v for k, v in cross.state_dict().items() if k.startswith("out_proj")}}
-    loaded = MultiHeadedAttention(D, H, n_kv_heads=2, cross=True).eval()
-    loaded.load_state_dict(old)  # strict: every key placed, none missing
-    x, mem = torch.randn(B, T, D), torch.randn(B, S, D)
-    torch.testing.assert_close(loaded(x, mem)[0], cross(x, mem)[0])

@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import TransformerConfig
 from ..model import Transformer
 from ..model.cache import DecoderCache
 
@@ -34,10 +33,10 @@ class EnsembleCache:
         """Number of target positions already decoded (the position of the next token)."""
         return self.members[0].length
 
-    def reorder(self, index: Tensor, cross_index: Tensor | None = None) -> None:
+    def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
         """As `DecoderCache.reorder`, for every member."""
         for cache in self.members:
-            cache.reorder(index, cross_index)
+            cache.reorder(rows, sources)
 
 
 class Ensemble(nn.Module):
@@ -56,10 +55,7 @@ class Ensemble(nn.Module):
                                  "ensemble members must share their tokenizer")
         self.members = nn.ModuleList(members)
         self.widths = [m.config.d_model for m in members]
-        learned = [m.config.max_positions for m in members if m.config.positional == "learned"]
-        # the searches cap output lengths from the config: learned positions cap them at the smallest table
-        self.config: TransformerConfig = first.replace(positional="learned", max_positions=min(learned)) \
-            if learned else first
+        self.config = first  # the special ids, which all members share
 
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """src_ids (B, S) -> the members' memories side by side (B, S, D_1 + ... + D_M)."""
@@ -78,3 +74,8 @@ class Ensemble(nn.Module):
     def new_cache(self, capacity: int = 64) -> EnsembleCache:
         """An empty cache: one `DecoderCache` per member."""
         return EnsembleCache([m.new_cache(capacity) for m in self.members])
+
+    def max_target_positions(self) -> int | None:
+        """The fewest target positions any member can place (None: no member has a limit)."""
+        limits = [n for m in self.members if (n := m.max_target_positions()) is not None]
+        return min(limits, default=None)

@@ -1,18 +1,20 @@
 """Search over a model's next-token distribution: greedy decoding, beam search and sampling. Ids in, ids out.
 
-Every function takes a model in eval mode and a batch of inputs, and returns one result per row:
+Every function takes a model in eval mode (any `decode.interface.Decodable`) and a batch of inputs, and
+returns one result per row:
 
-    Transformer, Ensemble (of Transformers):
+    with an encoder (Transformer, Ensemble):
                   src (B, S) source ids, each ending with eos, right-padded with pad;
                   the output starts from bos.
-    DecoderOnly:  prompt (B, P) ids, all rows of the same length (the model has no padding mask);
+    without (DecoderOnly: `encode` gives no memory):
+                  src (B, P) prompt ids, all rows of the same length (no padding mask);
                   the output starts from [bos] + prompt and only the new tokens are returned.
 
 The loop is the one of the paper's inference: encode the source once, then feed one token at a time to
 `model.decode(step_ids (R, 1), memory, memory_mask, cache)`, whose `DecoderCache` keeps the self-attention
 keys/values of the prefix and the cross-attention keys/values of the memory (computed at the first step).
 The memory keeps one row per sentence: the beams of a sentence are consecutive rows that share it.
-`cache.reorder(index, sentences)` follows beam search's back-pointers and also drops the rows of finished
+`cache.reorder(rows, sources)` follows beam search's back-pointers and also drops the rows of finished
 sentences, so a finished sentence costs nothing. With `use_cache=False` every step recomputes the whole prefix;
 the cache is a pure speed-up and both give the same ids.
 
@@ -20,7 +22,7 @@ Conventions shared by all searches:
 * Returned tokens are the ids after bos up to eos, eos excluded. Pad and bos are never generated.
 * Lengths count generated tokens without eos: eos is forbidden before `min_len` and forced at `max_len`
   (default: source length + 50, the length of `src` rows counting their eos; for a decoder-only model,
-  50 new tokens). Learned positions cap `max_len` so that no position exceeds `max_positions`.
+  50 new tokens). `model.max_target_positions()` caps `max_len` so that every position can be placed.
 * `logprob` is log P(tokens + eos | input) under the model (natural log, sum over the steps); the score
   applies GNMT's length penalty (Wu et al., 2016), as "length penalty alpha" in the paper's section 6.1:
 
@@ -41,12 +43,11 @@ from torch import Tensor
 
 from ..config import TransformerConfig
 from ..data.batching import pad_sequences
-from ..model import DecoderOnly, Transformer
+from ..model import Transformer
 from ..model.masks import padding_mask
-from .ensemble import Ensemble
+from .interface import Decodable
 
 DEFAULT_MAX_LEN_B = 50  # maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
-Model = Transformer | DecoderOnly | Ensemble
 
 
 @dataclass
@@ -63,76 +64,76 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5 + length) / 6) ** alpha
 
 
-def max_lengths(model: Model, src: Tensor, max_len: int | Tensor | None) -> Tensor:
+def max_lengths(model: Decodable, src: Tensor, max_len: int | Tensor | None,
+                memory: Tensor | None) -> Tensor:
     """Per-row maximum number of generated tokens (eos not counted): (B,) LongTensor on src's device.
 
-    None means source length + 50 for an encoder-decoder (length = non-pad ids of `src`, eos included)
-    and 50 for a decoder-only model. Learned positions cap it at what the position table can hold.
+    None means source length + 50 with an encoder (length = non-pad ids of `src`, eos included) and 50
+    without one. The model's `max_target_positions` caps it so that every position can be placed.
     """
     cfg = model.config
     B = src.size(0)
     if max_len is None:
-        if isinstance(model, DecoderOnly):
-            max_len = torch.full((B,), DEFAULT_MAX_LEN_B, device=src.device)
-        else:
-            max_len = (src != cfg.pad_id).sum(1) + DEFAULT_MAX_LEN_B
+        given = (src != cfg.pad_id).sum(1) if memory is not None else torch.zeros(B, device=src.device)
+        max_len = given + DEFAULT_MAX_LEN_B
     lengths = torch.as_tensor(max_len, device=src.device).long().expand(B).clone()  # (B,)
-    if cfg.positional == "learned":
-        first = 1 + (src.size(1) if isinstance(model, DecoderOnly) else 0)  # positions used by bos (+ prompt)
-        lengths.clamp_(max=cfg.max_positions - first)
+    positions = model.max_target_positions()
+    if positions is not None:
+        first = 1 + (0 if memory is not None else src.size(1))  # positions taken by bos (+ prompt)
+        lengths.clamp_(max=positions - first)
     if (lengths < 0).any():
-        raise ValueError(f"max_len must be >= 0 (and a prompt must fit in max_positions={cfg.max_positions})")
+        raise ValueError(f"max_len must be >= 0 (and a prompt must fit in {positions} positions)")
     return lengths
 
 
 class _Rows:
     """The rows being decoded: their prefixes, the model state for them, and the next-token log-probs."""
 
-    def __init__(self, model: Model, src: Tensor, use_cache: bool, max_len: int) -> None:
+    def __init__(self, model: Decodable, src: Tensor, use_cache: bool,
+                 max_len: int | Tensor | None) -> None:
         if model.training:
             raise ValueError("decoding needs model.eval() (dropout would make it random)")
         cfg = self.cfg = model.config
         self.model = model
         bos = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
-        self.memory: Tensor | None = None  # (B, S, D): one row per sentence, shared by its R / B rows
-        self.memory_mask: Tensor | None = None  # (B, 1, 1, S)
-        if isinstance(model, DecoderOnly):
+        self.memory_mask: Tensor | None = padding_mask(src, cfg.pad_id)  # (B, 1, 1, S)
+        # (B, S, D): one row per sentence, shared by its R / B rows; None: src is a prompt to continue
+        self.memory = model.encode(src, self.memory_mask)
+        if self.memory is None:
             if (src == cfg.pad_id).any():
-                raise ValueError("decoder-only prompts in one batch must have the same length (no padding)")
+                raise ValueError("prompts in one batch must have the same length (no padding)")
+            self.memory_mask = None
             self.ys = torch.cat([bos, src], dim=1)  # (R, 1 + P)
         else:
-            self.memory_mask = padding_mask(src, cfg.pad_id)
-            self.memory = model.encode(src, self.memory_mask)
             self.ys = bos  # (R, 1)
+        self.limit = max_lengths(model, src, max_len, self.memory)  # (B,)
         self.start = self.ys.size(1)  # generated tokens begin at this column
         # the decoder is fed at most start + max_len positions (the last token, eos, is not fed back)
-        self.cache = model.new_cache(capacity=self.start + max_len) if use_cache else None
+        longest = int(self.limit.max())
+        self.cache = model.new_cache(capacity=self.start + longest) if use_cache else None
 
     def log_probs(self) -> Tensor:
         """log P(next token | prefix) for every row: (R, V), float32."""
-        new = self.ys if self.cache is None else self.ys[:, self.cache.length :]  # all, or the uncached
-        if self.memory is None:
-            logits = self.model(new, self.cache)  # (R, T, V)
-        else:
-            logits = self.model.decode(new, self.memory, self.memory_mask, self.cache)  # (R, T, V)
+        new = self.ys if self.cache is None else self.ys[:, self.cache.length :]  # all, or uncached
+        logits = self.model.decode(new, self.memory, self.memory_mask, self.cache)  # (R, T, V)
         return F.log_softmax(logits[:, -1].float(), dim=-1)
 
     def generated(self, index: Tensor) -> list[list[int]]:
         """The tokens generated so far by rows `index` (N,)."""
         return self.ys[index, self.start :].tolist()
 
-    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep rows `index` (R',), in that order (beam back-pointers; dropping finished rows).
+    def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
+        """Keep rows `rows` (R',), in that order (beam back-pointers; dropping finished rows).
 
-        sentences (B',): the sentences kept, when some leave the batch; the rows of `index` must then be
-        theirs, in consecutive groups in that order. None: no sentence leaves (the memory stays as it is).
+        sources (B',): the sentences kept, when some leave the batch; `rows` must then be theirs, in
+        consecutive groups in that order. None: no sentence leaves (the memory stays as it is).
         """
-        self.ys = self.ys.index_select(0, index)
+        self.ys = self.ys.index_select(0, rows)
         if self.cache is not None:
-            self.cache.reorder(index, sentences)
-        if self.memory is not None and self.memory_mask is not None and sentences is not None:
-            self.memory = self.memory.index_select(0, sentences)
-            self.memory_mask = self.memory_mask.index_select(0, sentences)
+            self.cache.reorder(rows, sources)
+        if self.memory is not None and self.memory_mask is not None and sources is not None:
+            self.memory = self.memory.index_select(0, sources)
+            self.memory_mask = self.memory_mask.index_select(0, sources)
 
     def append(self, tokens: Tensor) -> None:
         """Extend every row's prefix by its token: tokens (R,)."""
@@ -155,13 +156,14 @@ def _constrain(logp: Tensor, step: int, max_len: Tensor, min_len: int, cfg: Tran
     return logp
 
 
-def _single_path(model: Model, src: Tensor, pick: Callable[[Tensor], Tensor], max_len: int | Tensor | None,
-                 min_len: int, alpha: float, use_cache: bool) -> list[Hypothesis]:
+def _single_path(model: Decodable, src: Tensor, pick: Callable[[Tensor], Tensor],
+                 max_len: int | Tensor | None, min_len: int, alpha: float,
+                 use_cache: bool) -> list[Hypothesis]:
     """Decode one hypothesis per row, `pick` choosing each next token from the log-probs (R, V) -> (R,)."""
     if src.size(0) == 0:
         return []
-    limit = max_lengths(model, src, max_len)  # (B,)
-    rows = _Rows(model, src, use_cache, int(limit.max()))
+    rows = _Rows(model, src, use_cache, max_len)
+    limit = rows.limit  # (B,)
     sentence = torch.arange(src.size(0), device=src.device)  # (R,) input row of each decoded row
     logprob = torch.zeros(src.size(0), device=src.device)  # (R,)
     out: list[Hypothesis | None] = [None] * src.size(0)
@@ -186,7 +188,7 @@ def _single_path(model: Model, src: Tensor, pick: Callable[[Tensor], Tensor], ma
 
 
 @torch.inference_mode()
-def greedy(model: Model, src: Tensor, max_len: int | Tensor | None = None, min_len: int = 0,
+def greedy(model: Decodable, src: Tensor, max_len: int | Tensor | None = None, min_len: int = 0,
            alpha: float = 0.6, use_cache: bool = True) -> list[Hypothesis]:
     """The most probable token at every step. src (B, S) -> B hypotheses (score with length penalty alpha)."""
     return _single_path(model, src, lambda logp: logp.argmax(-1), max_len, min_len, alpha, use_cache)
@@ -218,7 +220,7 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
 
 
 @torch.inference_mode()
-def sample(model: Model, src: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+def sample(model: Decodable, src: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            seed: int = 0, max_len: int | Tensor | None = None, min_len: int = 0, alpha: float = 0.6,
            use_cache: bool = True) -> list[Hypothesis]:
     """Draw each next token from the model's distribution, reshaped by `filter_logits`. src (B, S) -> B hyps.
@@ -254,7 +256,7 @@ def _in_place_order(parent: Tensor) -> Tensor:
 
 
 @torch.inference_mode()
-def beam_search(model: Model, src: Tensor, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
+def beam_search(model: Decodable, src: Tensor, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
                 max_len: int | Tensor | None = None, min_len: int = 0,
                 use_cache: bool = True) -> list[list[Hypothesis]]:
     """Beam search. src (B, S) -> for each row, its `nbest` best finished hypotheses, best score first.
@@ -273,8 +275,8 @@ def beam_search(model: Model, src: Tensor, beam: int = 4, alpha: float = 0.6, nb
         raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
     if src.size(0) == 0:
         return []
-    limit = max_lengths(model, src, max_len)  # (B,)
-    rows = _Rows(model, src, use_cache, int(limit.max()))
+    rows = _Rows(model, src, use_cache, max_len)
+    limit = rows.limit  # (B,)
     eos = rows.cfg.eos_id
     device = src.device
     sentence = torch.arange(src.size(0), device=device)  # (Ba,) input row of each alive sentence

@@ -11,7 +11,6 @@ from .attention import (
     softmax_attention,
 )
 from .cache import DecoderCache, KVCache
-from .dropout import Dropout
 from .embedding import TokenEmbedding
 from .layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward, SublayerConnection
 from .masks import causal_mask, combine, padding_mask
@@ -27,7 +26,7 @@ from .transformer import Decoder, DecoderOnly, Encoder, EncoderOnly, Transformer
 
 __all__ = [
     "ALiBi", "AdditiveScore", "BilinearScore", "Decoder", "DecoderCache", "DecoderLayer", "DecoderOnly",
-    "DotProductScore", "Dropout", "Encoder", "EncoderLayer", "EncoderOnly", "KVCache", "LearnedPositionalEmbedding",
+    "DotProductScore", "Encoder", "EncoderLayer", "EncoderOnly", "KVCache", "LearnedPositionalEmbedding",
     "MultiHeadedAttention", "PositionwiseFeedForward", "RelativePositionBias", "RotaryEmbedding",
     "SinusoidalPositionalEncoding", "SublayerConnection", "TokenEmbedding", "Transformer", "apply_rotary",
     "causal_mask", "combine", "count_parameters", "padding_mask", "per_head_attention",

@@ -1,15 +1,20 @@
 """Attention: score functions, the scaled dot-product attention of the paper, and multi-head attention.
 
-    Attention(Q, K, V) = softmax(score(Q, K) + bias) V                      score: (B, H, T_q, T_k)
-    scaled dot-product:  score = Q K^T / sqrt(d_k)                          (paper eq. 1, the default)
-    dot-product:         score = Q K^T                                      (Luong)
-    additive:            score = v^T tanh(W_q q + W_k k)                    (Bahdanau)
-    bilinear:            score = Q W K^T                                    (Luong "general")
+    Attention(Q, K, V) = softmax(score(Q, K) + bias) V                  score: (B, H, T_q, T_k)
+    scaled dot-product:  score = Q K^T / sqrt(d_k)                      (paper eq. 1, the default)
+    dot-product:         score = Q K^T                                  (Luong)
+    additive:            score = v^T tanh(W_q q + W_k k)                (Bahdanau)
+    bilinear:            score = Q W K^T                                (Luong "general")
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
 Every score is divided by an optional temperature. Masks follow `masks.py` (bool, True = may attend).
-The dot-product scores run through `F.scaled_dot_product_attention` (fused, memory-efficient) unless the
-attention weights are requested; the other scores and the weights use the explicit path below.
+
+Equation 1 is written out once, in `softmax_attention` (readable, returns the weights). Its drop-in twin is
+PyTorch's fused `F.scaled_dot_product_attention`, used by `MultiHeadedAttention` for the dot-product
+scores whenever the weights are not asked for (`fused = True`, nanoGPT's `flash` switch; set it to False
+to run the readable path everywhere). `per_head_attention` is the literal reference: one head at a time.
+Faster kernels for decoding (few queries per row, beams sharing a memory row) live in
+`qkv.runtime.attention` and are swapped in from outside by `qkv.runtime.prepare`.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cache import KVCache
-from .dropout import Dropout
 from .positions import apply_rotary
 
 
@@ -55,8 +59,6 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
 class DotProductScore(nn.Module):
     """score = Q K^T * scale; scale = 1/sqrt(d_k) is the paper's scaled dot product, 1 the plain one."""
 
-    fused = True  # F.scaled_dot_product_attention computes exactly this
-
     def __init__(self, scale: float) -> None:
         super().__init__()
         self.scale = scale
@@ -67,8 +69,6 @@ class DotProductScore(nn.Module):
 
 class AdditiveScore(nn.Module):
     """Bahdanau: score(q_i, k_j) = v^T tanh(W_q q_i + W_k k_j), per head. Memory O(T_q T_k Dh)."""
-
-    fused = False
 
     def __init__(self, n_heads: int, d_head: int) -> None:
         super().__init__()
@@ -88,8 +88,6 @@ class AdditiveScore(nn.Module):
 
 class BilinearScore(nn.Module):
     """Luong's "general" score: score = Q W K^T with one W (Dh, Dh) per head."""
-
-    fused = False
 
     def __init__(self, n_heads: int, d_head: int) -> None:
         super().__init__()
@@ -121,16 +119,23 @@ class MultiHeadedAttention(nn.Module):
     projection is a plain `nn.Linear` module, so module-level tools (dynamic int8 quantization) apply.
     With n_kv_heads < n_heads, groups of query heads share a key/value head (grouped-query attention;
     n_kv_heads = 1 is multi-query attention).
+
+    `fused`: the dot-product scores run through `F.scaled_dot_product_attention` unless the weights are
+    requested; False (or another score) runs the readable `softmax_attention`. Same result either way.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, dropout: float = 0.0,
-                 bias: bool = True, score: str = "scaled_dot", temperature: float = 1.0, cross: bool = False) -> None:
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
+                 dropout: float = 0.0, bias: bool = True, score: str = "scaled_dot",
+                 temperature: float = 1.0, cross: bool = False) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if d_model % n_heads or n_heads % n_kv_heads:
             raise ValueError(f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads} do not divide")
-        self.n_heads, self.n_kv_heads, self.d_head = n_heads, n_kv_heads, d_model // n_heads
-        self.q_dim, self.kv_dim = d_model, n_kv_heads * self.d_head
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
+        self.d_head = d_model // n_heads
+        self.q_dim = d_model
+        self.kv_dim = n_kv_heads * self.d_head
         self.cross = cross
         if cross:
             self.q_proj = nn.Linear(d_model, self.q_dim, bias=bias)
@@ -140,17 +145,8 @@ class MultiHeadedAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = make_score(score, n_heads, self.d_head)
         self.temperature = temperature
-        self.dropout = Dropout(dropout)
-
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
-        """Weights saved when cross-attention kept one fused `in_proj` load into q_proj + kv_proj."""
-        if self.cross:
-            for name in ("weight", "bias"):
-                fused = state_dict.pop(f"{prefix}in_proj.{name}", None)
-                if fused is not None:
-                    q, kv = fused.split([self.q_dim, 2 * self.kv_dim])
-                    state_dict[f"{prefix}q_proj.{name}"], state_dict[f"{prefix}kv_proj.{name}"] = q, kv
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.dropout = nn.Dropout(dropout)
+        self.fused = isinstance(self.score, DotProductScore)  # the fused kernel computes exactly this
 
     def _heads(self, x: Tensor, n: int) -> Tensor:
         B, T, _ = x.shape
@@ -210,68 +206,42 @@ class MultiHeadedAttention(nn.Module):
                     cache.set_static(k, v)
             else:
                 k, v = cache.keys, cache.values
-            if k.size(0) != B:  # g query rows per memory row
-                return self._grouped_cross(q, k, v, mask, bias, need_weights)
+            if k.size(0) != B:  # beam search: g consecutive query rows per memory row
+                k, v, mask = self.share_memory_rows(B, k, v, mask)
         out, weights = self.attend(q, k, v, mask, bias, need_weights)
         out = out.transpose(1, 2).reshape(B, T, self.q_dim)  # concat heads: (B, T, H*Dh)
         return self.out_proj(out), weights
 
-    def _grouped_cross(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
-                       need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Cross-attention of B = B_m * g query rows over B_m memory rows. q (B, H, T, Dh), k/v (B_m, H_kv, S, Dh)."""
-        B, H, T, Dh = q.shape
-        Bm = k.size(0)
-        if B % Bm or bias is not None or (mask is not None and (mask.size(0) not in (1, Bm) or mask.size(2) != 1)):
-            raise ValueError(f"{B} query rows cannot share {Bm} memory rows (need a multiple, a key-only mask "
-                             "of one row per memory row, and no bias)")
-        g = B // Bm
-        q = q.view(Bm, g, H, T, Dh).transpose(1, 2).reshape(Bm, H, g * T, Dh)  # a group's queries stacked
-        out, weights = self.attend(q, k, v, mask, None, need_weights)  # (B_m, H, g*T, Dh)
-        out = out.view(Bm, H, g, T, Dh).permute(0, 2, 3, 1, 4).reshape(B, T, self.q_dim)  # (B, T, H*Dh)
-        if weights is not None:
-            weights = weights.view(Bm, H, g, T, -1).transpose(1, 2).reshape(B, H, T, -1)  # (B, H, T, S)
-        return self.out_proj(out), weights
+    def share_memory_rows(self, B: int, k: Tensor, v: Tensor,
+                          mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Keys/values (B_m, H_kv, S, Dh) and a key mask (B_m, 1, 1, S) of B_m memory rows, repeated for
+        B = g * B_m query rows that come in consecutive groups of g per memory row (beam search's g beams
+        of a sentence read that sentence's memory): -> (B, ...). The memory is stored once per source."""
+        g = B // k.size(0)
+        if B % k.size(0) or (mask is not None and mask.size(0) not in (1, k.size(0))):
+            raise ValueError(f"{B} query rows cannot share {k.size(0)} memory rows")
+        if mask is not None and mask.size(0) > 1:
+            mask = mask.repeat_interleave(g, dim=0)
+        return k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0), mask
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
                need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Per-head attention for all heads at once. q (B, H, T, Dh), k/v (B, H_kv, S, Dh) -> (B, H, T, Dh)."""
-        if getattr(self.score, "fused", False) and not need_weights:
-            B, H, T, _ = q.shape
-            if T <= 8 and B * H * T >= 512 and q.device.type == "cpu" and not self.training:
-                return self._few_queries(q, k, v, mask, bias), None
+        """All heads at once. q (B, H, T, Dh), k/v (B, H_kv, S, Dh) -> (B, H, T, Dh), weights or None."""
+        if self.fused and not need_weights:  # the fused twin of the readable path below
             attn_mask = mask
             if bias is not None:
                 attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=self.dropout.p if self.training else 0.0,
-                scale=self.score.scale / self.temperature, enable_gqa=self.n_kv_heads != self.n_heads)
+                scale=self.score.scale / self.temperature,
+                enable_gqa=self.n_kv_heads != self.n_heads)
             return out, None
-        if self.n_kv_heads != self.n_heads:
+        if self.n_kv_heads != self.n_heads:  # each key/value head serves a group of query heads
             k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
             v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
         scores = self.score(q, k) / self.temperature  # (B, H, T, S)
         out, weights = softmax_attention(scores, v, mask, bias, self.dropout)
         return out, weights if need_weights else None
-
-    def _few_queries(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None) -> Tensor:
-        """A few queries per row (incremental decoding: one per row, or one per beam with the beams of a sentence
-        stacked) in eval mode on the CPU: from B*H*T = 512 query rows on, two plain matmuls beat the fused
-        kernel (torch 2.13, one thread, 26 keys: 0.93 vs 2.5 ms at 128 x 8 heads x 1 query, 0.46 vs 0.58
-        ms at 32 x 8 x 4; at 8 x 8 x 4 = 256 rows the fused kernel wins). The query heads of a group share their
-        key/value head, so they are stacked as that head's queries: no copy of k, v.
-        q (B, H, T, Dh) -> (B, H, T, Dh)."""
-        B, H, T, Dh = q.shape
-        q = q.reshape(B, self.n_kv_heads, H // self.n_kv_heads * T, Dh)  # (B, H_kv, group*T, Dh)
-        mask, bias = (None if m is None else self._stack_queries(m, H, T) for m in (mask, bias))
-        scores = q @ k.transpose(-2, -1) * (self.score.scale / self.temperature)  # (B, H_kv, group*T, S)
-        out, _ = softmax_attention(scores, v, mask, bias)
-        return out.view(B, H, T, Dh)
-
-    def _stack_queries(self, m: Tensor, H: int, T: int) -> Tensor:
-        """A mask or bias (1|B, 1|H, 1|T, S) laid out for queries stacked per key/value head (.., H_kv, group*T, S)."""
-        if m.size(1) == 1 and m.size(2) == 1:
-            return m  # the same for every query: broadcasts as it is
-        return m.expand(m.size(0), H, T, m.size(-1)).reshape(m.size(0), self.n_kv_heads, -1, m.size(-1))
 
 
 def per_head_attention(mha: MultiHeadedAttention, query: Tensor, memory: Tensor | None = None,

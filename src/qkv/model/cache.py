@@ -3,7 +3,7 @@
 At decoding step t the decoder sees only the newest token. Its self-attention needs the keys and values
 of all earlier target positions (they grow by one per step); its cross-attention needs the keys and
 values of the source memory (computed once per source, then reused). `DecoderCache` holds both, one
-`KVCache` per attention module, and `reorder(index, cross_index)` follows beam search (or drops finished
+`KVCache` per attention module, and `reorder(rows, sources)` follows beam search (or drops finished
 sentences): the self-attention caches have one row per hypothesis, the cross-attention caches one row per
 source, which all the hypotheses of that source read (see `MultiHeadedAttention.forward`).
 """
@@ -71,13 +71,14 @@ class KVCache:
             new_v[:, :, : self.length] = self.values
         self._k, self._v = new_k, new_v
 
-    def reorder(self, index: Tensor, moved: Tensor | None = None) -> None:
+    def select_rows(self, index: Tensor, moved: Tensor | None = None) -> None:
         """Keep batch rows `index` (B',) in that order: beam search's back-pointers, or dropping rows.
 
-        Only the filled part is gathered. With room to spare and no more rows than the buffer has, the rows are
-        written back into the buffer's first B' rows: the buffer's memory is reused every step instead of a
-        fresh buffer being allocated (and filled) per step and layer. moved (M,): when `index` keeps the number
-        of rows, the rows i with index[i] != i; only those are copied (the others already hold their row)."""
+        Only the filled part is gathered. With room to spare and no more rows than the buffer has, the
+        rows are written back into the buffer's first B' rows: the buffer is reused every step instead
+        of a fresh one being allocated (and filled) per step and layer. moved (M,): when `index` keeps
+        the number of rows, the rows i with index[i] != i; only those are copied (the others already
+        hold their row)."""
         if self._k is None or self._v is None:
             return
         if moved is not None and len(index) == self._k.size(0) and self.length < self._k.size(2):
@@ -110,23 +111,23 @@ class DecoderCache:
         """Number of target positions already decoded (the position of the next token)."""
         return self.self_attn[0].length if self.self_attn else 0
 
-    def reorder(self, index: Tensor, cross_index: Tensor | None = None) -> None:
-        """Keep rows `index` (R',) of the self-attention caches and rows `cross_index` (B',) of the
-        cross-attention caches, in that order.
+    def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
+        """Keep hypothesis rows `rows` (R',) of the self-attention caches and memory rows `sources`
+        (B',) of the cross-attention caches, each in that order.
 
-        The cross-attention caches hold one row per memory row (source). cross_index None leaves them as they
-        are: right when `index` only moves rows among those sharing a source (the beams of one sentence);
-        pass the kept sources when some leave the batch (or `index` itself when every row has its own memory).
+        sources None leaves the cross-attention caches as they are: right when `rows` only moves rows
+        among those sharing a source (the beams of one sentence); pass the kept sources when some leave
+        the batch (or `rows` itself when every hypothesis row has its own memory row).
         """
         moved = None
-        if self.self_attn and len(index) == self.self_attn[0].rows:  # rows move, none leave: copy only the moved
-            moved = (index != torch.arange(len(index), device=index.device)).nonzero().squeeze(1)
+        if self.self_attn and len(rows) == self.self_attn[0].rows:  # none leave: copy only the moved
+            moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
         if moved is None or moved.numel():
             for c in self.self_attn:
-                c.reorder(index, moved)
-        if cross_index is not None:
+                c.select_rows(rows, moved)
+        if sources is not None:
             for c in self.cross_attn or []:
-                c.reorder(cross_index)
+                c.select_rows(sources)
 
     def layer(self, i: int) -> tuple[KVCache, KVCache | None]:
         return self.self_attn[i], None if self.cross_attn is None else self.cross_attn[i]

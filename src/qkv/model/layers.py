@@ -17,7 +17,6 @@ from torch import Tensor, nn
 from ..config import TransformerConfig
 from .attention import MultiHeadedAttention
 from .cache import KVCache
-from .dropout import Dropout
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -32,7 +31,7 @@ class PositionwiseFeedForward(nn.Module):
         self.activation = activation
         self.w_1 = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff, bias=bias)
         self.w_2 = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.w_1(x)  # (B, T, d_ff) or (B, T, 2 d_ff)
@@ -58,7 +57,7 @@ class SublayerConnection(nn.Module):
                  eps: float = 1e-5) -> None:
         super().__init__()
         self.norm = make_norm(norm, d_model, eps)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:

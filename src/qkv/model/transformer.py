@@ -19,7 +19,6 @@ from torch import Tensor, nn
 
 from ..config import TransformerConfig
 from .cache import DecoderCache
-from .dropout import Dropout
 from .embedding import TokenEmbedding
 from .layers import DecoderLayer, EncoderLayer, make_norm
 from .masks import causal_mask, padding_mask
@@ -54,7 +53,7 @@ class Stack(nn.Module):
                                                    max_distance=cfg.relative_max_distance)
         elif cfg.positional == "alibi":
             self.score_bias = ALiBi(cfg.n_heads)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
         # pre-norm leaves the residual stream un-normalised, so the stack ends with one more norm
         self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_first else nn.Identity()
 
@@ -64,6 +63,10 @@ class Stack(nn.Module):
         if self.absolute is not None:
             x = self.absolute(x, offset)
         return self.dropout(x)
+
+    def max_positions(self) -> int | None:
+        """How many positions this stack can embed: the learned table's size, else no limit."""
+        return self.cfg.max_positions if self.cfg.positional == "learned" else None
 
     def positional_terms(self, q_len: int, k_len: int,
                          dtype: torch.dtype) -> tuple[Tensor | None, tuple[Tensor, Tensor] | None]:
@@ -148,14 +151,10 @@ class Transformer(nn.Module):
         if cfg.tie_output:
             self.output_projection.weight = tgt_embedding.weight
 
-    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor, project: bool = True) -> Tensor:
-        """-> logits (B, T, V); project=False: the decoder's output (B, T, D) before `output_projection` (a training
-        loss can then project the real tokens only, in chunks)."""
+    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
+        """src_ids (B, S), tgt_in_ids (B, T) -> logits (B, T, V) (teacher forcing)."""
         src_mask = padding_mask(src_ids, self.config.pad_id)
-        memory = self.encode(src_ids, src_mask)
-        if not project:
-            return self.decoder(tgt_in_ids, memory, src_mask)[0]
-        return self.decode(tgt_in_ids, memory, src_mask)
+        return self.decode(tgt_in_ids, self.encode(src_ids, src_mask), src_mask)
 
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """src_ids (B, S) -> memory (B, S, D). Run once per source sentence."""
@@ -171,9 +170,13 @@ class Transformer(nn.Module):
         return self.output_projection(hidden)
 
     def new_cache(self, capacity: int = 64) -> DecoderCache:
-        """An empty cache for incremental decoding with this model, with room for `capacity` target positions
-        before its buffers grow (give the longest output, + 1 for bos, to allocate once and no more)."""
+        """An empty cache for incremental decoding with this model, with room for `capacity` target
+        positions before its buffers grow (the longest output + 1 for bos allocates once)."""
         return DecoderCache(len(self.decoder.layers), cross_attention=True, capacity=capacity)
+
+    def max_target_positions(self) -> int | None:
+        """The most target positions the decoder can place (learned positions: the table's size)."""
+        return self.decoder.max_positions()
 
     def num_parameters(self) -> int:
         """Trainable and frozen parameters, each shared tensor counted once."""
@@ -192,7 +195,7 @@ class EncoderOnly(nn.Module):
                                            make_norm(cfg.norm, cfg.d_model, cfg.norm_eps))
         self.mlm_bias = nn.Parameter(torch.zeros(cfg.src_vocab_size))
         self.pooler = nn.Linear(cfg.d_model, cfg.d_model)  # tanh(W h_[CLS]) as in BERT
-        self.classifier = nn.Sequential(Dropout(cfg.dropout), nn.Linear(cfg.d_model, n_classes))
+        self.classifier = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(cfg.d_model, n_classes))
         init_linear_weights(self)
 
     def forward(self, ids: Tensor) -> Tensor:
@@ -224,12 +227,27 @@ class DecoderOnly(nn.Module):
             self.lm_head.weight = embedding.weight
 
     def forward(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """ids (B, T) -> logits (B, T, V). With `cache`, ids are the next positions only."""
         hidden, _ = self.decoder(ids, cache=cache)
         return self.lm_head(hidden)
 
+    # --- the decoding interface (qkv.decode.interface.Decodable): a prompt instead of a memory
+    def encode(self, prompt_ids: Tensor, prompt_mask: Tensor | None = None) -> None:
+        """No encoder, so no memory: the searches then continue the prompt itself."""
+        return None
+
+    def decode(self, ids: Tensor, memory: None = None, memory_mask: None = None,
+               cache: DecoderCache | None = None) -> Tensor:
+        """ids (B, T) -> logits (B, T, V); the same as calling the model (there is no memory)."""
+        return self(ids, cache)
+
     def new_cache(self, capacity: int = 64) -> DecoderCache:
-        """An empty cache with room for `capacity` positions (prompt included) before its buffers grow."""
+        """An empty cache with room for `capacity` positions (prompt included) before it grows."""
         return DecoderCache(len(self.decoder.layers), cross_attention=False, capacity=capacity)
+
+    def max_target_positions(self) -> int | None:
+        """The most positions (prompt included) the model can place."""
+        return self.decoder.max_positions()
 
 
 def count_parameters(config: TransformerConfig) -> int:

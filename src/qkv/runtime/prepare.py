@@ -1,29 +1,35 @@
-"""One function that prepares a model for decoding: every speed path is a swap applied here, from outside
-the model, and each has an equivalence test against the plain model."""
+"""The one function that prepares a model for decoding. Every speed path is a swap applied here, from
+outside the model, and each has an equivalence test against the plain model (tests/runtime/)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from .attention import use_decoding_attention
 from .packed import pack_linear_weights, packing_available
 from .quantize import QUANTIZATIONS, quantize_int8
 
 
-def prepare_for_decoding(model: nn.Module, device: str | torch.device = "cpu", quantize: str | None = None,
-                         pack: bool | None = None) -> nn.Module:
-    """The model as decoding runs it, changed in place: quantize="int8" swaps its linear layers for int8 ones
-    (`runtime.quantize`); otherwise pack=True (or None on a CPU whose torch build supports it) packs its float32
-    linear weights for oneDNN (`runtime.packed`); pack=False leaves nn.Linear."""
+def prepare_for_decoding(model: nn.Module, device: str | torch.device = "cpu",
+                         quantize: str | None = None, pack: bool | None = None) -> nn.Module:
+    """The model as decoding runs it, changed in place and put in eval mode.
+
+    Always: the decoding attention kernels (`runtime.attention`). Then quantize="int8" swaps the linear
+    layers for int8 ones (`runtime.quantize`); otherwise pack=True (or None on a CPU whose torch build
+    supports it) packs the float32 linear weights for oneDNN (`runtime.packed`); pack=False leaves
+    nn.Linear.
+    """
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
+    if quantize is not None and pack:
+        raise ValueError("choose int8 quantization or packed float32 weights, not both")
+    model = use_decoding_attention(model.eval())
     if quantize is not None:
-        if quantize not in QUANTIZATIONS:
-            raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
-        if pack:
-            raise ValueError("choose int8 quantization or packed float32 weights, not both")
         return quantize_int8(model, inplace=True)  # the float model is not kept
     if pack or (pack is None and torch.device(device).type == "cpu" and packing_available()):
         return pack_linear_weights(model)
-    return model.eval()
+    return model
 
 
 __all__ = ["prepare_for_decoding"]

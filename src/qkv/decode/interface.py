@@ -1,0 +1,47 @@
+"""The decoding interface: what greedy, beam search and sampling need of a model, and nothing more.
+
+`Transformer`, `DecoderOnly` and `Ensemble` implement it, so the searches hold no type branches:
+
+    memory = model.encode(src, src_mask)      # (B, S, D) once per source; None: no encoder (decoder-only),
+                                              # and the output continues `src` itself (a prompt)
+    logits = model.decode(ids, memory, src_mask, cache)   # ids (R, T) -> (R, T, V); R = g * B rows, the g
+                                              # rows of a source consecutive (beam search's hypotheses)
+    cache = model.new_cache(capacity)         # the explicit incremental state; reorder(rows, sources)
+    model.max_target_positions()              # the most target positions it can place (None: no limit)
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from torch import Tensor
+
+from ..config import TransformerConfig
+
+
+class Cache(Protocol):
+    """Incremental-decoding state: its length, and `reorder(rows, sources)` (see `DecoderCache`)."""
+
+    @property
+    def length(self) -> int: ...
+
+    def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None: ...
+
+
+class Decodable(Protocol):
+    """A model the searches can decode. `config` gives the special ids (pad, bos, eos)."""
+
+    config: TransformerConfig
+    training: bool
+
+    def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor | None: ...
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor | None, memory_mask: Tensor | None = None,
+               cache: Cache | None = None) -> Tensor: ...
+
+    def new_cache(self, capacity: int = 64) -> Cache: ...
+
+    def max_target_positions(self) -> int | None: ...
+
+
+__all__ = ["Cache", "Decodable"]

@@ -1,0 +1,94 @@
+"""Attention kernels for decoding, swapped into a model from outside (`use_decoding_attention`).
+
+The model's `MultiHeadedAttention` computes equation 1 plainly. Incremental decoding asks it for
+something narrow: a few queries per row (one new token, or one per beam), and cross-attention where the
+g beams of a sentence read that sentence's memory row. Two kernels do these faster, with the same math:
+
+* Beams sharing a memory row: the g query rows of a group are stacked along the query axis and attend to
+  their memory row in one product, so the memory's keys and values are stored and read once per source
+  (the plain model repeats them g times).
+* Few queries on the CPU in eval mode: from `FEW_QUERY_MIN_ROWS` query rows on, with at most
+  `FEW_QUERY_MAX_T` queries per row, two plain matmuls beat the fused kernel's per-call overhead. The query
+  heads of a group share their key/value head, so they are stacked as that head's queries (no copy of
+  k, v). The thresholds, and the measurement behind them, are in docs/benchmarks.md.
+
+`tests/runtime/test_attention.py` checks each kernel against the plain model.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..model.attention import MultiHeadedAttention, softmax_attention
+
+FEW_QUERY_MAX_T = 8  # queries per row (one per step; a sentence's beams stacked)
+FEW_QUERY_MIN_ROWS = 512  # B * H * T query rows from which two matmuls beat the fused kernel
+
+
+class DecodingAttention(MultiHeadedAttention):
+    """`MultiHeadedAttention` with the decoding kernels; same weights, same results (inference)."""
+
+    def share_memory_rows(self, B: int, k: Tensor, v: Tensor,
+                          mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Leave the B_m memory rows as they are: `attend` groups the queries instead."""
+        if B % k.size(0) or (mask is not None and mask.size(0) not in (1, k.size(0))):
+            raise ValueError(f"{B} query rows cannot share {k.size(0)} memory rows")
+        return k, v, mask
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
+               need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """q (B, H, T, Dh), k/v (B_m, H_kv, S, Dh) with B = g * B_m -> (B, H, T, Dh), weights or None."""
+        B, H, T, Dh = q.shape
+        Bm = k.size(0)
+        if Bm == B:
+            return self._attend_rows(q, k, v, mask, bias, need_weights)
+        if bias is not None or (mask is not None and mask.size(2) != 1):
+            raise ValueError("shared memory rows need a key-only mask and no score bias")
+        g = B // Bm
+        q = q.view(Bm, g, H, T, Dh).transpose(1, 2).reshape(Bm, H, g * T, Dh)  # a group's queries
+        out, weights = self._attend_rows(q, k, v, mask, None, need_weights)  # (B_m, H, g*T, Dh)
+        out = out.view(Bm, H, g, T, Dh).transpose(1, 2).reshape(B, H, T, Dh)
+        if weights is not None:
+            weights = weights.view(Bm, H, g, T, -1).transpose(1, 2).reshape(B, H, T, -1)
+        return out, weights
+
+    def _attend_rows(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                     bias: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        B, H, T, _ = q.shape
+        few = T <= FEW_QUERY_MAX_T and B * H * T >= FEW_QUERY_MIN_ROWS
+        if self.fused and few and not need_weights and not self.training and q.device.type == "cpu":
+            return self._few_queries(q, k, v, mask, bias), None
+        return super().attend(q, k, v, mask, bias, need_weights)
+
+    def _few_queries(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                     bias: Tensor | None) -> Tensor:
+        """Two matmuls, the query heads of a key/value head stacked. q (B, H, T, Dh) -> same shape."""
+        B, H, T, Dh = q.shape
+        q = q.reshape(B, self.n_kv_heads, H // self.n_kv_heads * T, Dh)  # (B, H_kv, group*T, Dh)
+        if mask is not None:
+            mask = self._stack_queries(mask, H, T)
+        if bias is not None:
+            bias = self._stack_queries(bias, H, T)
+        scale = self.score.scale / self.temperature
+        scores = q @ k.transpose(-2, -1) * scale  # (B, H_kv, group*T, S)
+        out, _ = softmax_attention(scores, v, mask, bias)
+        return out.view(B, H, T, Dh)
+
+    def _stack_queries(self, m: Tensor, H: int, T: int) -> Tensor:
+        """A mask or bias (1|B, 1|H, 1|T, S) laid out for stacked queries: (.., H_kv, group*T, S)."""
+        if m.size(1) == 1 and m.size(2) == 1:
+            return m  # the same for every query: broadcasts as it is
+        rows = m.size(0)
+        return m.expand(rows, H, T, m.size(-1)).reshape(rows, self.n_kv_heads, -1, m.size(-1))
+
+
+def use_decoding_attention(model: nn.Module) -> nn.Module:
+    """Swap every `MultiHeadedAttention` of `model` (in place) for a `DecodingAttention` holding the same
+    weights; returns the model."""
+    for module in model.modules():
+        if type(module) is MultiHeadedAttention:
+            module.__class__ = DecodingAttention
+    return model
+
+
+__all__ = ["FEW_QUERY_MAX_T", "FEW_QUERY_MIN_ROWS", "DecodingAttention", "use_decoding_attention"]
