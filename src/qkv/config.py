@@ -1,7 +1,7 @@
 """`TransformerConfig`: every architectural choice of the model in one validated dataclass.
 
-    cfg = TransformerConfig.preset("base", src_vocab_size=37000)   # the paper's base model
-    cfg = TransformerConfig.from_dict({"d_model": 256, ...})        # unknown keys raise ValueError
+cfg = TransformerConfig.preset("base", src_vocab_size=37000)   # the paper's base model
+cfg = TransformerConfig.from_dict({"d_model": 256, ...})        # unknown keys raise ValueError
 """
 
 from __future__ import annotations
@@ -18,12 +18,34 @@ NORMS = ("layernorm", "rmsnorm")
 
 # Paper, Table 3: base = N 6, d_model 512, d_ff 2048, h 8, P_drop 0.1; big = 1024 / 4096 / 16 / 0.3.
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2, n_decoder_layers=2,
-                 dropout=0.1, attention_dropout=0.1, max_positions=256),
-    "base": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6, n_decoder_layers=6,
-                 dropout=0.1, attention_dropout=0.1),
-    "big": dict(d_model=1024, n_heads=16, d_ff=4096, n_encoder_layers=6, n_decoder_layers=6,
-                dropout=0.3, attention_dropout=0.3),
+    "tiny": dict(
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.1,
+        attention_dropout=0.1,
+        max_positions=256,
+    ),
+    "base": dict(
+        d_model=512,
+        n_heads=8,
+        d_ff=2048,
+        n_encoder_layers=6,
+        n_decoder_layers=6,
+        dropout=0.1,
+        attention_dropout=0.1,
+    ),
+    "big": dict(
+        d_model=1024,
+        n_heads=16,
+        d_ff=4096,
+        n_encoder_layers=6,
+        n_decoder_layers=6,
+        dropout=0.3,
+        attention_dropout=0.3,
+    ),
 }
 
 
@@ -40,7 +62,9 @@ def dataclass_from_dict(cls: type[T], d: dict[str, Any]) -> T:
             try:
                 values[name] = float(value)
             except ValueError:
-                raise ValueError(f"{cls.__name__}: {name} must be a number, got {value!r}") from None
+                raise ValueError(
+                    f"{cls.__name__}: {name} must be a number, got {value!r}"
+                ) from None
     return cls(**values)
 
 
@@ -86,7 +110,9 @@ class TransformerConfig:
     scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model) (paper 3.4)
     share_embeddings: bool = True  # one embedding for source and target (needs a joint vocabulary)
     tie_output: bool = True  # target embedding = pre-softmax projection (paper 3.4)
-    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes (e.g. data recipe); unused
+    extra: dict[str, Any] = field(
+        default_factory=dict
+    )  # free-form notes (e.g. data recipe); unused
 
     def __post_init__(self) -> None:
         self.validate()
@@ -114,32 +140,61 @@ class TransformerConfig:
 
         for name in ("src_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
             check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        check(self.target_vocab_size > 0, f"tgt_vocab_size must be positive, got {self.tgt_vocab_size}")
+        check(
+            self.target_vocab_size > 0,
+            f"tgt_vocab_size must be positive, got {self.tgt_vocab_size}",
+        )
         for name in ("n_encoder_layers", "n_decoder_layers"):
             check(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-        check(self.d_model % self.n_heads == 0,
-              f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        check(0 < self.kv_heads <= self.n_heads and self.n_heads % self.kv_heads == 0,
-              f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
+        check(
+            self.d_model % self.n_heads == 0,
+            f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
+        )
+        check(
+            0 < self.kv_heads <= self.n_heads and self.n_heads % self.kv_heads == 0,
+            f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}",
+        )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             p = getattr(self, name)
             check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
-        check(self.positional in POSITIONAL, f"positional={self.positional!r}; choose from {POSITIONAL}")
-        check(self.attention in ATTENTION_SCORES,
-              f"attention={self.attention!r}; choose from {ATTENTION_SCORES}")
-        check(self.activation in ACTIVATIONS, f"activation={self.activation!r}; choose from {ACTIVATIONS}")
+        check(
+            self.positional in POSITIONAL,
+            f"positional={self.positional!r}; choose from {POSITIONAL}",
+        )
+        check(
+            self.attention in ATTENTION_SCORES,
+            f"attention={self.attention!r}; choose from {ATTENTION_SCORES}",
+        )
+        check(
+            self.activation in ACTIVATIONS,
+            f"activation={self.activation!r}; choose from {ACTIVATIONS}",
+        )
         check(self.norm in NORMS, f"norm={self.norm!r}; choose from {NORMS}")
         check(self.attention_temperature > 0, "attention_temperature must be positive")
-        check(self.positional != "rope" or self.d_head % 2 == 0,
-              f"rope needs an even head size, got d_model/n_heads = {self.d_head}")
-        check(self.positional != "relative" or self.relative_buckets >= 2, "relative_buckets must be >= 2")
-        check(not self.share_embeddings or self.target_vocab_size == self.src_vocab_size,
-              f"share_embeddings needs one vocabulary, got src {self.src_vocab_size} "
-              f"and tgt {self.target_vocab_size}")
-        specials = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        check(
+            self.positional != "rope" or self.d_head % 2 == 0,
+            f"rope needs an even head size, got d_model/n_heads = {self.d_head}",
+        )
+        check(
+            self.positional != "relative" or self.relative_buckets >= 2,
+            "relative_buckets must be >= 2",
+        )
+        check(
+            not self.share_embeddings or self.target_vocab_size == self.src_vocab_size,
+            f"share_embeddings needs one vocabulary, got src {self.src_vocab_size} "
+            f"and tgt {self.target_vocab_size}",
+        )
+        specials = {
+            "pad_id": self.pad_id,
+            "unk_id": self.unk_id,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+        }
         for name, value in specials.items():
-            check(0 <= value < min(self.src_vocab_size, self.target_vocab_size),
-                  f"{name}={value} is outside the vocabulary")
+            check(
+                0 <= value < min(self.src_vocab_size, self.target_vocab_size),
+                f"{name}={value} is outside the vocabulary",
+            )
         check(len(set(specials.values())) == 4, f"special ids must differ, got {specials}")
 
     # --- construction --------------------------------------------------------------------------

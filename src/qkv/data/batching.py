@@ -146,11 +146,17 @@ class TokenBatchSampler:
                 f"({too_long.size} example(s) too long)"
             )
         order = self._sorted_order(None)
-        self.bounds = cut_into_batches(self.src_sizes[order], self.tgt_sizes[order], self.max_tokens)
+        self.bounds = cut_into_batches(
+            self.src_sizes[order], self.tgt_sizes[order], self.max_tokens
+        )
 
     def _sorted_order(self, rng: np.random.Generator | None) -> np.ndarray:
         """(N,) example indices sorted by (target size, source size), ties in random order if rng."""
-        perm = rng.permutation(len(self.src_sizes)) if rng is not None else np.arange(len(self.src_sizes))
+        perm = (
+            rng.permutation(len(self.src_sizes))
+            if rng is not None
+            else np.arange(len(self.src_sizes))
+        )
         return perm[np.lexsort((self.src_sizes[perm], self.tgt_sizes[perm]))]
 
     def global_batches(self, epoch: int) -> list[list[int]]:

@@ -77,7 +77,9 @@ def load_tsv(path: StrPath) -> ParallelCorpus:
     for number, line in enumerate(read_lines(path), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
-            raise DataError(f"{path}:{number}: expected source<TAB>target, found {len(fields) - 1} tabs")
+            raise DataError(
+                f"{path}:{number}: expected source<TAB>target, found {len(fields) - 1} tabs"
+            )
         src.append(fields[0])
         tgt.append(fields[1])
     return ParallelCorpus(src, tgt)

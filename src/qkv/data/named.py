@@ -27,10 +27,14 @@ class NamedCorpus:
     name: str
     splits: tuple[str, ...]
     langs: tuple[str, ...]
-    sha256: Mapping[str, str]  # every file, as a path relative to `<data_dir>/<name>/`, with its digest
+    sha256: Mapping[
+        str, str
+    ]  # every file, as a path relative to `<data_dir>/<name>/`, with its digest
     url: Callable[[str], str] | None  # relative path -> download URL; None: cannot be downloaded
     source: str  # where the data comes from and under which terms, shown in error messages
-    companions: tuple[str, ...] = ()  # files `{split}.{companion}.gz` that must travel with each split
+    companions: tuple[
+        str, ...
+    ] = ()  # files `{split}.{companion}.gz` that must travel with each split
     tok_splits: tuple[str, ...] = ()  # splits with official tokenized references `tok/...`
 
 
@@ -182,9 +186,13 @@ def tokenized_reference_path(
     corpus = get_corpus(name)
     if split not in corpus.tok_splits:
         available = ", ".join(corpus.tok_splits) or "none"
-        raise DataError(f"{name} has no tokenized reference for split {split!r} (available for: {available})")
+        raise DataError(
+            f"{name} has no tokenized reference for split {split!r} (available for: {available})"
+        )
     _check_choice(corpus, "language", lang, corpus.langs)
-    return _local_file(corpus, resolve_data_dir(data_dir) / name, f"tok/{split}.lc.norm.tok.{lang}", download)
+    return _local_file(
+        corpus, resolve_data_dir(data_dir) / name, f"tok/{split}.lc.norm.tok.{lang}", download
+    )
 
 
 def verify(name: str, data_dir: StrPath | None = None) -> list[Path]:
@@ -219,7 +227,9 @@ def download(url: str, dest: StrPath, sha256: str) -> Path:
                 digest.update(chunk)
                 out.write(chunk)
         if digest.hexdigest() != sha256:
-            raise DataError(f"sha256 mismatch for {url}: expected {sha256}, got {digest.hexdigest()}")
+            raise DataError(
+                f"sha256 mismatch for {url}: expected {sha256}, got {digest.hexdigest()}"
+            )
         os.replace(tmp, dest)
     except (OSError, http.client.HTTPException) as e:
         raise DataError(f"could not download {url}: {e}") from None

@@ -50,9 +50,16 @@ class Ensemble(nn.Module):
         for i, m in enumerate(members[1:], start=2):
             c = m.config
             if (c.src_vocab_size, c.target_vocab_size, c.pad_id, c.bos_id, c.eos_id) != (
-                    first.src_vocab_size, first.target_vocab_size, first.pad_id, first.bos_id, first.eos_id):
-                raise ValueError(f"model {i} has another vocabulary or other special ids than model 1: "
-                                 "ensemble members must share their tokenizer")
+                first.src_vocab_size,
+                first.target_vocab_size,
+                first.pad_id,
+                first.bos_id,
+                first.eos_id,
+            ):
+                raise ValueError(
+                    f"model {i} has another vocabulary or other special ids than model 1: "
+                    "ensemble members must share their tokenizer"
+                )
         self.members = nn.ModuleList(members)
         self.widths = [m.config.d_model for m in members]
         self.config = first  # the special ids, which all members share
@@ -61,14 +68,23 @@ class Ensemble(nn.Module):
         """src_ids (B, S) -> the members' memories side by side (B, S, D_1 + ... + D_M)."""
         return torch.cat([m.encode(src_ids, src_mask) for m in self.members], dim=-1)
 
-    def decode(self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
-               cache: EnsembleCache | None = None) -> Tensor:
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor | None = None,
+        cache: EnsembleCache | None = None,
+    ) -> Tensor:
         """tgt_ids (R, T) -> log of the mean of the members' next-token probabilities (R, T, V), normalized
         (a log-softmax of it changes nothing). memory as `encode` returns it; cache from `new_cache`."""
         memories = memory.split(self.widths, dim=-1)
         caches = [None] * len(self.members) if cache is None else cache.members
-        logp = torch.stack([F.log_softmax(m.decode(tgt_ids, mem, memory_mask, c).float(), dim=-1)
-                            for m, mem, c in zip(self.members, memories, caches, strict=True)])  # (M, R, T, V)
+        logp = torch.stack(
+            [
+                F.log_softmax(m.decode(tgt_ids, mem, memory_mask, c).float(), dim=-1)
+                for m, mem, c in zip(self.members, memories, caches, strict=True)
+            ]
+        )  # (M, R, T, V)
         return torch.logsumexp(logp, dim=0) - math.log(len(self.members))
 
     def new_cache(self, capacity: int = 64) -> EnsembleCache:

@@ -36,8 +36,13 @@ class Decodable(Protocol):
 
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor | None: ...
 
-    def decode(self, tgt_ids: Tensor, memory: Tensor | None, memory_mask: Tensor | None = None,
-               cache: Cache | None = None) -> Tensor: ...
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor | None,
+        memory_mask: Tensor | None = None,
+        cache: Cache | None = None,
+    ) -> Tensor: ...
 
     def new_cache(self, capacity: int = 64) -> Cache: ...
 

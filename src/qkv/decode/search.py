@@ -47,7 +47,9 @@ from ..model import Transformer
 from ..model.masks import padding_mask
 from .interface import Decodable
 
-DEFAULT_MAX_LEN_B = 50  # maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
+DEFAULT_MAX_LEN_B = (
+    50  # maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
+)
 
 
 @dataclass
@@ -64,8 +66,9 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5 + length) / 6) ** alpha
 
 
-def max_lengths(model: Decodable, src: Tensor, max_len: int | Tensor | None,
-                memory: Tensor | None) -> Tensor:
+def max_lengths(
+    model: Decodable, src: Tensor, max_len: int | Tensor | None, memory: Tensor | None
+) -> Tensor:
     """Per-row maximum number of generated tokens (eos not counted): (B,) LongTensor on src's device.
 
     None means source length + 50 with an encoder (length = non-pad ids of `src`, eos included) and 50
@@ -74,7 +77,9 @@ def max_lengths(model: Decodable, src: Tensor, max_len: int | Tensor | None,
     cfg = model.config
     B = src.size(0)
     if max_len is None:
-        given = (src != cfg.pad_id).sum(1) if memory is not None else torch.zeros(B, device=src.device)
+        given = (
+            (src != cfg.pad_id).sum(1) if memory is not None else torch.zeros(B, device=src.device)
+        )
         max_len = given + DEFAULT_MAX_LEN_B
     lengths = torch.as_tensor(max_len, device=src.device).long().expand(B).clone()  # (B,)
     positions = model.max_target_positions()
@@ -89,8 +94,9 @@ def max_lengths(model: Decodable, src: Tensor, max_len: int | Tensor | None,
 class _Rows:
     """The rows being decoded: their prefixes, the model state for them, and the next-token log-probs."""
 
-    def __init__(self, model: Decodable, src: Tensor, use_cache: bool,
-                 max_len: int | Tensor | None) -> None:
+    def __init__(
+        self, model: Decodable, src: Tensor, use_cache: bool, max_len: int | Tensor | None
+    ) -> None:
         if model.training:
             raise ValueError("decoding needs model.eval() (dropout would make it random)")
         cfg = self.cfg = model.config
@@ -140,7 +146,9 @@ class _Rows:
         self.ys = torch.cat([self.ys, tokens[:, None]], dim=1)
 
 
-def _constrain(logp: Tensor, step: int, max_len: Tensor, min_len: int, cfg: TransformerConfig) -> Tensor:
+def _constrain(
+    logp: Tensor, step: int, max_len: Tensor, min_len: int, cfg: TransformerConfig
+) -> Tensor:
     """Forbid pad and bos; forbid eos before min_len; allow only eos once a row reaches max_len.
 
     logp (R, V) is changed in place and returned; max_len (R,). A forced eos keeps its model log-prob.
@@ -156,9 +164,15 @@ def _constrain(logp: Tensor, step: int, max_len: Tensor, min_len: int, cfg: Tran
     return logp
 
 
-def _single_path(model: Decodable, src: Tensor, pick: Callable[[Tensor], Tensor],
-                 max_len: int | Tensor | None, min_len: int, alpha: float,
-                 use_cache: bool) -> list[Hypothesis]:
+def _single_path(
+    model: Decodable,
+    src: Tensor,
+    pick: Callable[[Tensor], Tensor],
+    max_len: int | Tensor | None,
+    min_len: int,
+    alpha: float,
+    use_cache: bool,
+) -> list[Hypothesis]:
     """Decode one hypothesis per row, `pick` choosing each next token from the log-probs (R, V) -> (R,)."""
     if src.size(0) == 0:
         return []
@@ -174,8 +188,12 @@ def _single_path(model: Decodable, src: Tensor, pick: Callable[[Tensor], Tensor]
         done = tokens == rows.cfg.eos_id  # (R,)
         if done.any():
             ended = done.nonzero().squeeze(1)
-            for i, toks, lp in zip(sentence[ended].tolist(), rows.generated(ended), logprob[ended].tolist(),
-                                   strict=True):
+            for i, toks, lp in zip(
+                sentence[ended].tolist(),
+                rows.generated(ended),
+                logprob[ended].tolist(),
+                strict=True,
+            ):
                 out[i] = Hypothesis(toks, lp, lp / length_penalty(len(toks) + 1, alpha))
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
@@ -188,13 +206,23 @@ def _single_path(model: Decodable, src: Tensor, pick: Callable[[Tensor], Tensor]
 
 
 @torch.inference_mode()
-def greedy(model: Decodable, src: Tensor, max_len: int | Tensor | None = None, min_len: int = 0,
-           alpha: float = 0.6, use_cache: bool = True) -> list[Hypothesis]:
+def greedy(
+    model: Decodable,
+    src: Tensor,
+    max_len: int | Tensor | None = None,
+    min_len: int = 0,
+    alpha: float = 0.6,
+    use_cache: bool = True,
+) -> list[Hypothesis]:
     """The most probable token at every step. src (B, S) -> B hypotheses (score with length penalty alpha)."""
-    return _single_path(model, src, lambda logp: logp.argmax(-1), max_len, min_len, alpha, use_cache)
+    return _single_path(
+        model, src, lambda logp: logp.argmax(-1), max_len, min_len, alpha, use_cache
+    )
 
 
-def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+def filter_logits(
+    logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> Tensor:
     """logits (R, V) / temperature, with -inf outside the top_k tokens and outside the top_p nucleus.
 
     top_k: keep the k most probable tokens (0: all; ties with the k-th are kept). top_p: keep the smallest
@@ -212,17 +240,30 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
     if top_p < 1:
         sorted_logits, order = logits.sort(dim=-1, descending=True)  # (R, V)
         probs = sorted_logits.softmax(dim=-1)
-        mass_before = F.pad(probs.cumsum(dim=-1)[:, :-1], (1, 0))  # mass of the tokens ranked higher
+        mass_before = F.pad(
+            probs.cumsum(dim=-1)[:, :-1], (1, 0)
+        )  # mass of the tokens ranked higher
         drop_sorted = mass_before >= top_p  # the nucleus already holds top_p without this token
-        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # back to vocabulary order
+        drop = torch.zeros_like(drop_sorted).scatter(
+            1, order, drop_sorted
+        )  # back to vocabulary order
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
 
 
 @torch.inference_mode()
-def sample(model: Decodable, src: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           seed: int = 0, max_len: int | Tensor | None = None, min_len: int = 0, alpha: float = 0.6,
-           use_cache: bool = True) -> list[Hypothesis]:
+def sample(
+    model: Decodable,
+    src: Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    max_len: int | Tensor | None = None,
+    min_len: int = 0,
+    alpha: float = 0.6,
+    use_cache: bool = True,
+) -> list[Hypothesis]:
     """Draw each next token from the model's distribution, reshaped by `filter_logits`. src (B, S) -> B hyps.
 
     The draws come from a `torch.Generator` seeded with `seed`, so a seed fixes the output for a given
@@ -247,18 +288,31 @@ def _in_place_order(parent: Tensor) -> Tensor:
     """
     n = parent.size(1)
     per_parent = F.one_hot(parent, n)  # (Ba, n hyps, n slots)
-    first = per_parent.cumsum(dim=1).gather(2, parent[:, :, None]).squeeze(2) == 1  # (Ba, n) first child
+    first = (
+        per_parent.cumsum(dim=1).gather(2, parent[:, :, None]).squeeze(2) == 1
+    )  # (Ba, n) first child
     taken = (per_parent * first[:, :, None]).sum(dim=1) > 0  # (Ba, n slots) held by a first child
     free = taken.to(torch.uint8).argsort(dim=1, stable=True)  # free slots first, in order
     later = first.to(torch.uint8).argsort(dim=1, stable=True)  # later children first, by rank
-    slot = torch.where(first, parent, torch.empty_like(parent).scatter_(1, later, free))  # (Ba, n) slot of each
-    return torch.empty_like(slot).scatter_(1, slot, torch.arange(n, device=slot.device).expand_as(slot))
+    slot = torch.where(
+        first, parent, torch.empty_like(parent).scatter_(1, later, free)
+    )  # (Ba, n) slot of each
+    return torch.empty_like(slot).scatter_(
+        1, slot, torch.arange(n, device=slot.device).expand_as(slot)
+    )
 
 
 @torch.inference_mode()
-def beam_search(model: Decodable, src: Tensor, beam: int = 4, alpha: float = 0.6, nbest: int = 1,
-                max_len: int | Tensor | None = None, min_len: int = 0,
-                use_cache: bool = True) -> list[list[Hypothesis]]:
+def beam_search(
+    model: Decodable,
+    src: Tensor,
+    beam: int = 4,
+    alpha: float = 0.6,
+    nbest: int = 1,
+    max_len: int | Tensor | None = None,
+    min_len: int = 0,
+    use_cache: bool = True,
+) -> list[list[Hypothesis]]:
     """Beam search. src (B, S) -> for each row, its `nbest` best finished hypotheses, best score first.
 
     Each step extends every alive hypothesis of a sentence by every token and ranks the candidates by
@@ -280,36 +334,53 @@ def beam_search(model: Decodable, src: Tensor, beam: int = 4, alpha: float = 0.6
     eos = rows.cfg.eos_id
     device = src.device
     sentence = torch.arange(src.size(0), device=device)  # (Ba,) input row of each alive sentence
-    scores = torch.zeros(src.size(0), 1, device=device)  # (Ba, n) summed log-probs of the alive hypotheses
+    scores = torch.zeros(
+        src.size(0), 1, device=device
+    )  # (Ba, n) summed log-probs of the alive hypotheses
     n_finished = torch.zeros(src.size(0), dtype=torch.long, device=device)  # (Ba,)
-    kth_best = torch.full((src.size(0),), float("-inf"), device=device)  # (Ba,) beam-th best finished score
+    kth_best = torch.full(
+        (src.size(0),), float("-inf"), device=device
+    )  # (Ba,) beam-th best finished score
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     for step in range(int(limit.max()) + 1):
         Ba, n = scores.shape  # n = 1 at the first step (bos only), then beam
-        logp = _constrain(rows.log_probs(), step, limit[sentence].repeat_interleave(n), min_len, rows.cfg)
+        logp = _constrain(
+            rows.log_probs(), step, limit[sentence].repeat_interleave(n), min_len, rows.cfg
+        )
         V = logp.size(-1)
         candidates = (scores[:, :, None] + logp.view(Ba, n, V)).view(Ba, n * V)  # (Ba, n V)
         top, index = candidates.topk(min(2 * beam, n * V), dim=1)  # (Ba, C), best first
-        origin = torch.arange(Ba, device=device)[:, None] * n + index // V  # (Ba, C) row being extended
+        origin = (
+            torch.arange(Ba, device=device)[:, None] * n + index // V
+        )  # (Ba, C) row being extended
         tokens = index % V  # (Ba, C)
         is_eos = tokens == eos
         ends = is_eos[:, :beam] & top[:, :beam].isfinite()  # (Ba, beam) hypotheses finished now
         if ends.any():
             s, c = ends.nonzero(as_tuple=True)
-            for i, toks, lp in zip(sentence[s].tolist(), rows.generated(origin[s, c]), top[s, c].tolist(),
-                                   strict=True):
+            for i, toks, lp in zip(
+                sentence[s].tolist(), rows.generated(origin[s, c]), top[s, c].tolist(), strict=True
+            ):
                 finished[i].append(Hypothesis(toks, lp, lp / length_penalty(len(toks) + 1, alpha)))
             n_finished += ends.sum(dim=1)
             for row in s.unique().tolist():
                 hyps = finished[int(sentence[row])]
                 if len(hyps) >= beam:
                     kth_best[row] = sorted((h.score for h in hyps), reverse=True)[beam - 1]
-        go_on = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :beam]  # first `beam` non-eos, by rank
+        go_on = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[
+            :, :beam
+        ]  # first `beam` non-eos, by rank
         if n == beam:  # in the slots that keep the cache rows they extend, where possible
             go_on = go_on.gather(1, _in_place_order(index.gather(1, go_on) // V))
-        scores, origin, tokens = top.gather(1, go_on), origin.gather(1, go_on), tokens.gather(1, go_on)
+        scores, origin, tokens = (
+            top.gather(1, go_on),
+            origin.gather(1, go_on),
+            tokens.gather(1, go_on),
+        )
         best = scores.max(dim=1).values  # (Ba,) the alive hypotheses are in slot order, not by rank
-        can_win = best / length_penalty(step + 1, alpha) > kth_best  # best alive, scored at this length
+        can_win = (
+            best / length_penalty(step + 1, alpha) > kth_best
+        )  # best alive, scored at this length
         alive = ((n_finished < beam) | can_win) & (step < limit[sentence])  # (Ba,)
         keep = None  # every sentence goes on: beams only move within their sentence
         if not alive.all():
@@ -333,7 +404,9 @@ def cross_attention(model: Transformer, src: Tensor, outputs: list[list[int]]) -
     fast path, and gives the same weights as the incremental decoder.
     """
     cfg = model.config
-    tgt = pad_sequences([[cfg.bos_id, *toks] for toks in outputs], cfg.pad_id).to(src.device)  # (B, T)
+    tgt = pad_sequences([[cfg.bos_id, *toks] for toks in outputs], cfg.pad_id).to(
+        src.device
+    )  # (B, T)
     mask = padding_mask(src, cfg.pad_id)
     _, weights = model.decoder(tgt, model.encode(src, mask), mask, need_weights=True)
     last = weights[-1]
@@ -343,5 +416,13 @@ def cross_attention(model: Transformer, src: Tensor, outputs: list[list[int]]) -
     return [attn[i, : len(toks) + 1, : src_lengths[i]].cpu() for i, toks in enumerate(outputs)]
 
 
-__all__ = ["Hypothesis", "beam_search", "cross_attention", "filter_logits", "greedy", "length_penalty",
-           "max_lengths", "sample"]
+__all__ = [
+    "Hypothesis",
+    "beam_search",
+    "cross_attention",
+    "filter_logits",
+    "greedy",
+    "length_penalty",
+    "max_lengths",
+    "sample",
+]

@@ -30,8 +30,13 @@ from .cache import KVCache
 from .positions import apply_rotary
 
 
-def softmax_attention(scores: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
-                      dropout: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+def softmax_attention(
+    scores: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    dropout: nn.Module | None = None,
+) -> tuple[Tensor, Tensor]:
     """softmax(scores + bias) V with masked keys removed.
 
     scores (B, H, T_q, T_k), v (B, H, T_k, Dv), mask/bias broadcast to the scores. Returns the output
@@ -40,7 +45,9 @@ def softmax_attention(scores: Tensor, v: Tensor, mask: Tensor | None = None, bia
     if bias is not None:
         scores = scores + bias
     if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # finite: no NaN, even in grads
+        scores = scores.masked_fill(
+            ~mask, torch.finfo(scores.dtype).min
+        )  # finite: no NaN, even in grads
     weights = torch.softmax(scores, dim=-1)
     if mask is not None:
         weights = weights * mask  # zero rows where nothing may be attended (as F.sdpa does)
@@ -49,8 +56,9 @@ def softmax_attention(scores: Tensor, v: Tensor, mask: Tensor | None = None, bia
     return weights @ v, weights
 
 
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                                 bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The paper's equation, written out: softmax(Q K^T / sqrt(d_k)) V. q (..., T_q, d_k) -> (..., T_q, d_v)."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     return softmax_attention(scores, v, mask, bias)
@@ -124,13 +132,23 @@ class MultiHeadedAttention(nn.Module):
     requested; False (or another score) runs the readable `softmax_attention`. Same result either way.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 dropout: float = 0.0, bias: bool = True, score: str = "scaled_dot",
-                 temperature: float = 1.0, cross: bool = False) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        score: str = "scaled_dot",
+        temperature: float = 1.0,
+        cross: bool = False,
+    ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if d_model % n_heads or n_heads % n_kv_heads:
-            raise ValueError(f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads} do not divide")
+            raise ValueError(
+                f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads} do not divide"
+            )
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.d_head = d_model // n_heads
@@ -146,7 +164,9 @@ class MultiHeadedAttention(nn.Module):
         self.score = make_score(score, n_heads, self.d_head)
         self.temperature = temperature
         self.dropout = nn.Dropout(dropout)
-        self.fused = isinstance(self.score, DotProductScore)  # the fused kernel computes exactly this
+        self.fused = isinstance(
+            self.score, DotProductScore
+        )  # the fused kernel computes exactly this
 
     def _heads(self, x: Tensor, n: int) -> Tensor:
         B, T, _ = x.shape
@@ -155,7 +175,11 @@ class MultiHeadedAttention(nn.Module):
     def project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention projections in one matmul: x (B, T, D) -> q (B, H, T, Dh), k, v (B, H_kv, T, Dh)."""
         q, k, v = self.in_proj(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
-        return self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+        return (
+            self._heads(q, self.n_heads),
+            self._heads(k, self.n_kv_heads),
+            self._heads(v, self.n_kv_heads),
+        )
 
     def project_query(self, query: Tensor) -> Tensor:
         """Cross-attention queries: query (B, T, D) -> (B, H, T, Dh)."""
@@ -170,12 +194,21 @@ class MultiHeadedAttention(nn.Module):
         """[W^Q; W^K; W^V] (D + 2 D_kv, D) and its bias, whichever layout holds them."""
         if not self.cross:
             return self.in_proj.weight, self.in_proj.bias
-        bias = None if self.q_proj.bias is None else torch.cat([self.q_proj.bias, self.kv_proj.bias])
+        bias = (
+            None if self.q_proj.bias is None else torch.cat([self.q_proj.bias, self.kv_proj.bias])
+        )
         return torch.cat([self.q_proj.weight, self.kv_proj.weight]), bias
 
-    def forward(self, query: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                bias: Tensor | None = None, rotary: tuple[Tensor, Tensor] | None = None,
-                cache: KVCache | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self,
+        query: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        bias: Tensor | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
         """query (B, T, D); memory (B, S, D) for cross-attention, None for self-attention.
 
         mask: bool, broadcast to (B, H, T, S), True = may attend. bias: float (1|B, H, T, S) added to the
@@ -190,8 +223,14 @@ class MultiHeadedAttention(nn.Module):
         """
         B, T, _ = query.shape
         if (memory is not None) != self.cross:
-            raise ValueError("this attention was built for " + ("cross-attention: pass memory" if self.cross else
-                             "self-attention: build it with cross=True to attend to a memory"))
+            raise ValueError(
+                "this attention was built for "
+                + (
+                    "cross-attention: pass memory"
+                    if self.cross
+                    else "self-attention: build it with cross=True to attend to a memory"
+                )
+            )
         if memory is None:  # self-attention
             q, k, v = self.project_self(query)
             if rotary is not None:
@@ -212,8 +251,9 @@ class MultiHeadedAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, T, self.q_dim)  # concat heads: (B, T, H*Dh)
         return self.out_proj(out), weights
 
-    def share_memory_rows(self, B: int, k: Tensor, v: Tensor,
-                          mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def share_memory_rows(
+        self, B: int, k: Tensor, v: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """Keys/values (B_m, H_kv, S, Dh) and a key mask (B_m, 1, 1, S) of B_m memory rows, repeated for
         B = g * B_m query rows that come in consecutive groups of g per memory row (beam search's g beams
         of a sentence read that sentence's memory): -> (B, ...). The memory is stored once per source."""
@@ -224,17 +264,29 @@ class MultiHeadedAttention(nn.Module):
             mask = mask.repeat_interleave(g, dim=0)
         return k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0), mask
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
-               need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        bias: Tensor | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
         """All heads at once. q (B, H, T, Dh), k/v (B, H_kv, S, Dh) -> (B, H, T, Dh), weights or None."""
         if self.fused and not need_weights:  # the fused twin of the readable path below
             attn_mask = mask
             if bias is not None:
                 attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=self.dropout.p if self.training else 0.0,
+                q,
+                k,
+                v,
+                attn_mask=attn_mask,
+                dropout_p=self.dropout.p if self.training else 0.0,
                 scale=self.score.scale / self.temperature,
-                enable_gqa=self.n_kv_heads != self.n_heads)
+                enable_gqa=self.n_kv_heads != self.n_heads,
+            )
             return out, None
         if self.n_kv_heads != self.n_heads:  # each key/value head serves a group of query heads
             k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
@@ -244,8 +296,12 @@ class MultiHeadedAttention(nn.Module):
         return out, weights if need_weights else None
 
 
-def per_head_attention(mha: MultiHeadedAttention, query: Tensor, memory: Tensor | None = None,
-                       mask: Tensor | None = None) -> Tensor:
+def per_head_attention(
+    mha: MultiHeadedAttention,
+    query: Tensor,
+    memory: Tensor | None = None,
+    mask: Tensor | None = None,
+) -> Tensor:
     """The reference: MultiHead = Concat(head_1..head_h) W^O computed one head at a time (a Python loop).
 
     Slow and literal, for reading against the paper and for testing the fused `MultiHeadedAttention`

@@ -86,7 +86,10 @@ class KVCache:
             self._k[:, :, : self.length].index_copy_(0, moved, self.keys.index_select(0, rows))
             self._v[:, :, : self.length].index_copy_(0, moved, self.values.index_select(0, rows))
             return
-        k, v = self.keys.index_select(0, index), self.values.index_select(0, index)  # (B', H_kv, L, Dh)
+        k, v = (
+            self.keys.index_select(0, index),
+            self.values.index_select(0, index),
+        )  # (B', H_kv, L, Dh)
         if self.length == self._k.size(2):  # static, or a full buffer
             self._k, self._v = k, v
             return
@@ -120,7 +123,9 @@ class DecoderCache:
         the batch (or `rows` itself when every hypothesis row has its own memory row).
         """
         moved = None
-        if self.self_attn and len(rows) == self.self_attn[0].rows:  # none leave: copy only the moved
+        if (
+            self.self_attn and len(rows) == self.self_attn[0].rows
+        ):  # none leave: copy only the moved
             moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
         if moved is None or moved.numel():
             for c in self.self_attn:

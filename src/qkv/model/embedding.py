@@ -16,11 +16,14 @@ from torch import Tensor, nn
 class TokenEmbedding(nn.Module):
     """ids (B, T) -> embeddings (B, T, D) * sqrt(D) (if scale). `weight` is (V, D)."""
 
-    def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None,
-                 scale: bool = True) -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, padding_idx: int | None = None, scale: bool = True
+    ) -> None:
         super().__init__()
         self.lookup = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-        nn.init.normal_(self.lookup.weight, std=d_model**-0.5)  # so the scaled embedding has unit scale
+        nn.init.normal_(
+            self.lookup.weight, std=d_model**-0.5
+        )  # so the scaled embedding has unit scale
         self.padding_idx = padding_idx
         self.scale = math.sqrt(d_model) if scale else 1.0
         if padding_idx is not None:
@@ -39,8 +42,13 @@ class TokenEmbedding(nn.Module):
         return self.lookup(ids) * self.scale  # (B, T, D)
 
     @classmethod
-    def from_pretrained(cls, weight: Tensor, padding_idx: int | None = None, freeze: bool = True,
-                        scale: bool = False) -> TokenEmbedding:
+    def from_pretrained(
+        cls,
+        weight: Tensor,
+        padding_idx: int | None = None,
+        freeze: bool = True,
+        scale: bool = False,
+    ) -> TokenEmbedding:
         """An embedding initialised from a (V, D) matrix (e.g. word2vec), frozen or trainable."""
         emb = cls(weight.size(0), weight.size(1), padding_idx=padding_idx, scale=scale)
         with torch.no_grad():

@@ -1,10 +1,10 @@
 """The layers: feed-forward, normalisation, the residual "Add & Norm" connection, encoder and decoder layers.
 
-    FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                      (paper eq. 2; GELU and SwiGLU as options)
-    post-norm (paper):  x = Norm(x + Dropout(Sublayer(x)))
-    pre-norm:           x = x + Dropout(Sublayer(Norm(x)))      (the stack then ends with a final Norm)
-    EncoderLayer:  self-attention -> FFN
-    DecoderLayer:  masked self-attention -> cross-attention over the encoder output -> FFN
+FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                      (paper eq. 2; GELU and SwiGLU as options)
+post-norm (paper):  x = Norm(x + Dropout(Sublayer(x)))
+pre-norm:           x = x + Dropout(Sublayer(Norm(x)))      (the stack then ends with a final Norm)
+EncoderLayer:  self-attention -> FFN
+DecoderLayer:  masked self-attention -> cross-attention over the encoder output -> FFN
 """
 
 from __future__ import annotations
@@ -25,8 +25,14 @@ class PositionwiseFeedForward(nn.Module):
     SwiGLU (Shazeer 2020): (Swish(x W) * (x V)) W_2, with W and V fused in `w_1` (D -> 2 d_ff).
     """
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0,
-                 bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        activation: str = "relu",
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
         super().__init__()
         self.activation = activation
         self.w_1 = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff, bias=bias)
@@ -53,8 +59,14 @@ def make_norm(kind: str, d_model: int, eps: float) -> nn.Module:
 class SublayerConnection(nn.Module):
     """Residual connection around a sub-layer with dropout and a norm, before (pre) or after (post) it."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool = False, norm: str = "layernorm",
-                 eps: float = 1e-5) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        dropout: float,
+        norm_first: bool = False,
+        norm: str = "layernorm",
+        eps: float = 1e-5,
+    ) -> None:
         super().__init__()
         self.norm = make_norm(norm, d_model, eps)
         self.dropout = nn.Dropout(dropout)
@@ -65,8 +77,9 @@ class SublayerConnection(nn.Module):
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
 
-    def with_weights(self, x: Tensor, sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]]
-                     ) -> tuple[Tensor, Tensor | None]:
+    def with_weights(
+        self, x: Tensor, sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]]
+    ) -> tuple[Tensor, Tensor | None]:
         """The same for an attention sub-layer that also returns its weights: -> (x, weights)."""
         out, weights = sublayer(self.norm(x) if self.norm_first else x)
         if self.norm_first:
@@ -75,8 +88,16 @@ class SublayerConnection(nn.Module):
 
 
 def _attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadedAttention:
-    return MultiHeadedAttention(cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.attention_dropout, cfg.bias,
-                                cfg.attention, cfg.attention_temperature, cross=cross)
+    return MultiHeadedAttention(
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.kv_heads,
+        cfg.attention_dropout,
+        cfg.bias,
+        cfg.attention,
+        cfg.attention_temperature,
+        cross=cross,
+    )
 
 
 def _sublayer(cfg: TransformerConfig) -> SublayerConnection:
@@ -84,7 +105,9 @@ def _sublayer(cfg: TransformerConfig) -> SublayerConnection:
 
 
 def _feed_forward(cfg: TransformerConfig) -> PositionwiseFeedForward:
-    return PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.activation_dropout, cfg.bias)
+    return PositionwiseFeedForward(
+        cfg.d_model, cfg.d_ff, cfg.activation, cfg.activation_dropout, cfg.bias
+    )
 
 
 class EncoderLayer(nn.Module):
@@ -97,9 +120,16 @@ class EncoderLayer(nn.Module):
         self.self_attn_block = _sublayer(cfg)
         self.ff_block = _sublayer(cfg)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
-                rotary: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        x = self.self_attn_block(x, lambda h: self.self_attn(h, mask=mask, bias=bias, rotary=rotary)[0])
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        bias: Tensor | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
+        x = self.self_attn_block(
+            x, lambda h: self.self_attn(h, mask=mask, bias=bias, rotary=rotary)[0]
+        )
         return self.ff_block(x, self.feed_forward)
 
 
@@ -119,17 +149,32 @@ class DecoderLayer(nn.Module):
         self.feed_forward = _feed_forward(cfg)
         self.ff_block = _sublayer(cfg)
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None, bias: Tensor | None = None,
-                rotary: tuple[Tensor, Tensor] | None = None, self_cache: KVCache | None = None,
-                cross_cache: KVCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        x = self.self_attn_block(x, lambda h: self.self_attn(
-            h, mask=self_mask, bias=bias, rotary=rotary, cache=self_cache)[0])
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        bias: Tensor | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
+        self_cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        x = self.self_attn_block(
+            x,
+            lambda h: self.self_attn(h, mask=self_mask, bias=bias, rotary=rotary, cache=self_cache)[
+                0
+            ],
+        )
         weights = None
         if self.cross_attn is not None and self.cross_attn_block is not None:
             if memory is None:
                 raise ValueError("an encoder-decoder layer needs the encoder output (memory)")
-            x, weights = self.cross_attn_block.with_weights(x, lambda h: self.cross_attn(
-                h, memory, mask=memory_mask, cache=cross_cache, need_weights=need_weights))
+            x, weights = self.cross_attn_block.with_weights(
+                x,
+                lambda h: self.cross_attn(
+                    h, memory, mask=memory_mask, cache=cross_cache, need_weights=need_weights
+                ),
+            )
         return self.ff_block(x, self.feed_forward), weights

@@ -26,7 +26,9 @@ def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | Non
     """
     k_len = q_len if k_len is None else k_len
     offset = k_len - q_len
-    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=offset)[None, None]
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=offset)[
+        None, None
+    ]
 
 
 def combine(*masks: Tensor | None) -> Tensor | None:

@@ -25,7 +25,9 @@ def sinusoid_table(length: int, dim: int, base: float = 10000.0, start: int = 0)
     pos = torch.arange(start, start + length, dtype=torch.float64)[:, None]  # (L, 1)
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (ceil(dim/2),)
     angles = pos * inv_freq  # (L, ceil(dim/2))
-    pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)[:, :dim]  # sin, cos, sin, cos, ...
+    pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)[
+        :, :dim
+    ]  # sin, cos, sin, cos, ...
     return pe.float()
 
 
@@ -35,7 +37,9 @@ class SinusoidalPositionalEncoding(nn.Module):
     def __init__(self, d_model: int, base: float = 10000.0, initial_length: int = 512) -> None:
         super().__init__()
         self.d_model, self.base = d_model, base
-        self.register_buffer("table", sinusoid_table(initial_length, d_model, base), persistent=False)
+        self.register_buffer(
+            "table", sinusoid_table(initial_length, d_model, base), persistent=False
+        )
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         # x: (B, T, D)
@@ -56,8 +60,10 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         end = offset + x.size(1)
         if end > self.weight.size(0):
-            raise ValueError(f"sequence of {end} positions exceeds max_positions={self.weight.size(0)} "
-                             "of the learned positional embedding")
+            raise ValueError(
+                f"sequence of {end} positions exceeds max_positions={self.weight.size(0)} "
+                "of the learned positional embedding"
+            )
         return x + self.weight[offset:end]
 
 
@@ -79,10 +85,16 @@ class RotaryEmbedding(nn.Module):
         if d_head % 2:
             raise ValueError(f"rotary embedding needs an even head size, got {d_head}")
         inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (Dh/2,) float64 for exact angles
+        self.register_buffer(
+            "inv_freq", inv_freq, persistent=False
+        )  # (Dh/2,) float64 for exact angles
 
-    def forward(self, length: int, offset: int = 0, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
-        pos = torch.arange(offset, offset + length, device=self.inv_freq.device, dtype=torch.float64)
+    def forward(
+        self, length: int, offset: int = 0, dtype: torch.dtype = torch.float32
+    ) -> tuple[Tensor, Tensor]:
+        pos = torch.arange(
+            offset, offset + length, device=self.inv_freq.device, dtype=torch.float64
+        )
         angles = torch.outer(pos, self.inv_freq)  # (T, Dh/2)
         angles = torch.cat((angles, angles), dim=-1)  # (T, Dh)
         return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -93,8 +105,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotate_half(x) * sin
 
 
-def relative_position_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int,
-                             max_distance: int) -> Tensor:
+def relative_position_bucket(
+    relative_position: Tensor, bidirectional: bool, num_buckets: int, max_distance: int
+) -> Tensor:
     """T5's bucketing of (key_pos - query_pos): exact for small distances, log-spaced up to max_distance.
 
     Bidirectional: half the buckets for keys after the query. Causal: only keys at or before it count.
@@ -108,7 +121,9 @@ def relative_position_bucket(relative_position: Tensor, bidirectional: bool, num
         distance = (-relative_position).clamp(min=0)
     max_exact = num_buckets // 2
     is_small = distance < max_exact
-    log_ratio = torch.log(distance.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+    log_ratio = torch.log(distance.float().clamp(min=1) / max_exact) / math.log(
+        max_distance / max_exact
+    )
     large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
     return buckets + torch.where(is_small, distance, large)
 
@@ -116,26 +131,34 @@ def relative_position_bucket(relative_position: Tensor, bidirectional: bool, num
 def _query_key_positions(q_len: int, k_len: int, device: torch.device) -> tuple[Tensor, Tensor]:
     """Positions of the queries (the last q_len of k_len) and of the keys. -> (T_q, 1), (1, T_k)."""
     k_pos = torch.arange(k_len, device=device)
-    return k_pos[k_len - q_len:, None], k_pos[None, :]
+    return k_pos[k_len - q_len :, None], k_pos[None, :]
 
 
 class RelativePositionBias(nn.Module):
     """T5 relative attention bias: a learned scalar per (head, distance bucket) added to the scores."""
 
-    def __init__(self, n_heads: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> None:
+    def __init__(
+        self, n_heads: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
+    ) -> None:
         super().__init__()
-        self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance
+        self.bidirectional, self.num_buckets, self.max_distance = (
+            bidirectional,
+            num_buckets,
+            max_distance,
+        )
         self.embedding = nn.Embedding(num_buckets, n_heads)
 
     def forward(self, q_len: int, k_len: int) -> Tensor:
         q_pos, k_pos = _query_key_positions(q_len, k_len, self.embedding.weight.device)
-        buckets = relative_position_bucket(k_pos - q_pos, self.bidirectional, self.num_buckets,
-                                           self.max_distance)  # (T_q, T_k)
+        buckets = relative_position_bucket(
+            k_pos - q_pos, self.bidirectional, self.num_buckets, self.max_distance
+        )  # (T_q, T_k)
         return self.embedding(buckets).permute(2, 0, 1)[None]  # (1, H, T_q, T_k)
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
     """Head slopes m_h: the geometric sequence 2^(-8/n), 2^(-16/n), ... (interleaved when n is not 2^k)."""
+
     def power_of_two(n: int) -> list[float]:
         start = 2 ** (-8 / n)
         return [start ** (i + 1) for i in range(n)]
@@ -152,7 +175,9 @@ class ALiBi(nn.Module):
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()
-        self.register_buffer("slopes", alibi_slopes(n_heads)[:, None, None], persistent=False)  # (H, 1, 1)
+        self.register_buffer(
+            "slopes", alibi_slopes(n_heads)[:, None, None], persistent=False
+        )  # (H, 1, 1)
 
     def forward(self, q_len: int, k_len: int) -> Tensor:
         q_pos, k_pos = _query_key_positions(q_len, k_len, self.slopes.device)

@@ -48,14 +48,19 @@ class Stack(nn.Module):
         elif cfg.positional == "rope":
             self.rotary = RotaryEmbedding(cfg.d_head, cfg.rope_base)
         elif cfg.positional == "relative":
-            self.score_bias = RelativePositionBias(cfg.n_heads, bidirectional=not causal,
-                                                   num_buckets=cfg.relative_buckets,
-                                                   max_distance=cfg.relative_max_distance)
+            self.score_bias = RelativePositionBias(
+                cfg.n_heads,
+                bidirectional=not causal,
+                num_buckets=cfg.relative_buckets,
+                max_distance=cfg.relative_max_distance,
+            )
         elif cfg.positional == "alibi":
             self.score_bias = ALiBi(cfg.n_heads)
         self.dropout = nn.Dropout(cfg.dropout)
         # pre-norm leaves the residual stream un-normalised, so the stack ends with one more norm
-        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_first else nn.Identity()
+        self.norm = (
+            make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_first else nn.Identity()
+        )
 
     def embed(self, ids: Tensor, offset: int = 0) -> Tensor:
         """ids (B, T) at positions offset.. -> Dropout(Embedding * sqrt(D) + PE): (B, T, D)."""
@@ -68,8 +73,9 @@ class Stack(nn.Module):
         """How many positions this stack can embed: the learned table's size, else no limit."""
         return self.cfg.max_positions if self.cfg.positional == "learned" else None
 
-    def positional_terms(self, q_len: int, k_len: int,
-                         dtype: torch.dtype) -> tuple[Tensor | None, tuple[Tensor, Tensor] | None]:
+    def positional_terms(
+        self, q_len: int, k_len: int, dtype: torch.dtype
+    ) -> tuple[Tensor | None, tuple[Tensor, Tensor] | None]:
         """The score bias (1, H, T_q, T_k) and rotary (cos, sin) (T_q, Dh) for the last q_len of k_len."""
         bias = None if self.score_bias is None else self.score_bias(q_len, k_len).to(dtype)
         rotary = None if self.rotary is None else self.rotary(q_len, k_len - q_len, dtype)
@@ -102,22 +108,43 @@ class Decoder(Stack):
     positions (usually one) and the earlier ones are read from the cache.
     """
 
-    def __init__(self, cfg: TransformerConfig, embedding: TokenEmbedding, cross_attention: bool = True) -> None:
+    def __init__(
+        self, cfg: TransformerConfig, embedding: TokenEmbedding, cross_attention: bool = True
+    ) -> None:
         super().__init__(cfg, embedding, causal=True)
-        self.layers = nn.ModuleList([DecoderLayer(cfg, cross_attention) for _ in range(cfg.n_decoder_layers)])
+        self.layers = nn.ModuleList(
+            [DecoderLayer(cfg, cross_attention) for _ in range(cfg.n_decoder_layers)]
+        )
 
-    def forward(self, tgt_ids: Tensor, memory: Tensor | None = None, memory_mask: Tensor | None = None,
-                cache: DecoderCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, list[Tensor | None]]:
+    def forward(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor | None]]:
         offset = 0 if cache is None else cache.length
         T = tgt_ids.size(1)
         x = self.embed(tgt_ids, offset)  # (B, T, D)
-        self_mask = None if T == 1 else causal_mask(T, offset + T, x.device)  # one new token sees all
+        self_mask = (
+            None if T == 1 else causal_mask(T, offset + T, x.device)
+        )  # one new token sees all
         bias, rotary = self.positional_terms(T, offset + T, x.dtype)
         weights = []
         for i, layer in enumerate(self.layers):
             self_cache, cross_cache = (None, None) if cache is None else cache.layer(i)
-            x, w = layer(x, memory, self_mask, memory_mask, bias, rotary, self_cache, cross_cache, need_weights)
+            x, w = layer(
+                x,
+                memory,
+                self_mask,
+                memory_mask,
+                bias,
+                rotary,
+                self_cache,
+                cross_cache,
+                need_weights,
+            )
             weights.append(w)
         return self.norm(x), weights
 
@@ -141,9 +168,16 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         cfg = self.config = config
-        src_embedding = TokenEmbedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
-        tgt_embedding = src_embedding if cfg.share_embeddings else TokenEmbedding(
-            cfg.target_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+        src_embedding = TokenEmbedding(
+            cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings
+        )
+        tgt_embedding = (
+            src_embedding
+            if cfg.share_embeddings
+            else TokenEmbedding(
+                cfg.target_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings
+            )
+        )
         self.encoder = Encoder(cfg, src_embedding)
         self.decoder = Decoder(cfg, tgt_embedding)
         self.output_projection = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=False)
@@ -160,8 +194,13 @@ class Transformer(nn.Module):
         """src_ids (B, S) -> memory (B, S, D). Run once per source sentence."""
         return self.encoder(src_ids, src_mask)
 
-    def decode(self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
-               cache: DecoderCache | None = None) -> Tensor:
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
         """tgt_ids (R, T) -> logits (R, T, V). With `cache`, tgt_ids are the next positions only.
 
         memory (B, S, D) has one row per source; R is a multiple of B, and consecutive groups of R / B target
@@ -189,10 +228,14 @@ class EncoderOnly(nn.Module):
     def __init__(self, config: TransformerConfig, n_classes: int = 2) -> None:
         super().__init__()
         cfg = self.config = config
-        self.encoder = Encoder(cfg, TokenEmbedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id,
-                                                   cfg.scale_embeddings))
-        self.mlm_transform = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), nn.GELU(),
-                                           make_norm(cfg.norm, cfg.d_model, cfg.norm_eps))
+        self.encoder = Encoder(
+            cfg, TokenEmbedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+        )
+        self.mlm_transform = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.d_model),
+            nn.GELU(),
+            make_norm(cfg.norm, cfg.d_model, cfg.norm_eps),
+        )
         self.mlm_bias = nn.Parameter(torch.zeros(cfg.src_vocab_size))
         self.pooler = nn.Linear(cfg.d_model, cfg.d_model)  # tanh(W h_[CLS]) as in BERT
         self.classifier = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(cfg.d_model, n_classes))
@@ -219,7 +262,9 @@ class DecoderOnly(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         cfg = self.config = config
-        embedding = TokenEmbedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+        embedding = TokenEmbedding(
+            cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings
+        )
         self.decoder = Decoder(cfg, embedding, cross_attention=False)
         self.lm_head = nn.Linear(cfg.d_model, cfg.src_vocab_size, bias=False)
         init_linear_weights(self)
@@ -236,8 +281,13 @@ class DecoderOnly(nn.Module):
         """No encoder, so no memory: the searches then continue the prompt itself."""
         return None
 
-    def decode(self, ids: Tensor, memory: None = None, memory_mask: None = None,
-               cache: DecoderCache | None = None) -> Tensor:
+    def decode(
+        self,
+        ids: Tensor,
+        memory: None = None,
+        memory_mask: None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
         """ids (B, T) -> logits (B, T, V); the same as calling the model (there is no memory)."""
         return self(ids, cache)
 

@@ -28,15 +28,23 @@ FEW_QUERY_MIN_ROWS = 512  # B * H * T query rows from which two matmuls beat the
 class DecodingAttention(MultiHeadedAttention):
     """`MultiHeadedAttention` with the decoding kernels; same weights, same results (inference)."""
 
-    def share_memory_rows(self, B: int, k: Tensor, v: Tensor,
-                          mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def share_memory_rows(
+        self, B: int, k: Tensor, v: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """Leave the B_m memory rows as they are: `attend` groups the queries instead."""
         if B % k.size(0) or (mask is not None and mask.size(0) not in (1, k.size(0))):
             raise ValueError(f"{B} query rows cannot share {k.size(0)} memory rows")
         return k, v, mask
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
-               need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        bias: Tensor | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
         """q (B, H, T, Dh), k/v (B_m, H_kv, S, Dh) with B = g * B_m -> (B, H, T, Dh), weights or None."""
         B, H, T, Dh = q.shape
         Bm = k.size(0)
@@ -52,16 +60,24 @@ class DecodingAttention(MultiHeadedAttention):
             weights = weights.view(Bm, H, g, T, -1).transpose(1, 2).reshape(B, H, T, -1)
         return out, weights
 
-    def _attend_rows(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                     bias: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def _attend_rows(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        bias: Tensor | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
         B, H, T, _ = q.shape
         few = T <= FEW_QUERY_MAX_T and B * H * T >= FEW_QUERY_MIN_ROWS
         if self.fused and few and not need_weights and not self.training and q.device.type == "cpu":
             return self._few_queries(q, k, v, mask, bias), None
         return super().attend(q, k, v, mask, bias, need_weights)
 
-    def _few_queries(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                     bias: Tensor | None) -> Tensor:
+    def _few_queries(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None
+    ) -> Tensor:
         """Two matmuls, the query heads of a key/value head stacked. q (B, H, T, Dh) -> same shape."""
         B, H, T, Dh = q.shape
         q = q.reshape(B, self.n_kv_heads, H // self.n_kv_heads * T, Dh)  # (B, H_kv, group*T, Dh)

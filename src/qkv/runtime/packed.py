@@ -23,8 +23,11 @@ from torch import Tensor, nn
 
 def packing_available() -> bool:
     """Whether this torch build has oneDNN's packed linear ops (x86 builds do)."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") \
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
 
 
 class PackedLinear(nn.Module):
@@ -35,7 +38,9 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         # oneDNN picks the blocking for about `batch_hint` input rows; any number of rows works
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach().float(), batch_hint)
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(
+            linear.weight.detach().float(), batch_hint
+        )
         self.bias = None if linear.bias is None else linear.bias.detach().float()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -50,12 +55,18 @@ def pack_linear_weights(model: nn.Module) -> nn.Module:
     The float weights of the replaced layers are released (a tied output projection gets its own packed copy;
     the embedding it was tied to stays)."""
     if not packing_available():
-        raise RuntimeError("this torch build has no oneDNN packed linear ops (torch.ops.mkldnn); decode unpacked")
+        raise RuntimeError(
+            "this torch build has no oneDNN packed linear ops (torch.ops.mkldnn); decode unpacked"
+        )
     if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
         raise ValueError("packed weights are for float32 models on the CPU")
     # (parent, name) pairs, not the layers themselves: each float weight is freed as soon as it is packed
-    places = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
-              if type(child) is nn.Linear]
+    places = [
+        (parent, name)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) is nn.Linear
+    ]
     for parent, name in places:
         setattr(parent, name, PackedLinear(getattr(parent, name)))
     return model.eval()

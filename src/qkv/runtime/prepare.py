@@ -11,8 +11,12 @@ from .packed import pack_linear_weights, packing_available
 from .quantize import QUANTIZATIONS, quantize_int8
 
 
-def prepare_for_decoding(model: nn.Module, device: str | torch.device = "cpu",
-                         quantize: str | None = None, pack: bool | None = None) -> nn.Module:
+def prepare_for_decoding(
+    model: nn.Module,
+    device: str | torch.device = "cpu",
+    quantize: str | None = None,
+    pack: bool | None = None,
+) -> nn.Module:
     """The model as decoding runs it, changed in place and put in eval mode.
 
     Always: the decoding attention kernels (`runtime.attention`). Then quantize="int8" swaps the linear

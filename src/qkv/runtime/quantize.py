@@ -26,12 +26,21 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     if any(p.device.type != "cpu" for p in model.parameters()):
-        raise ValueError("int8 dynamic quantization runs on the CPU; load the model with device='cpu'")
+        raise ValueError(
+            "int8 dynamic quantization runs on the CPU; load the model with device='cpu'"
+        )
     if "fbgemm" in torch.backends.quantized.supported_engines:
-        torch.backends.quantized.engine = "fbgemm"  # x86; elsewhere torch keeps its default (qnnpack on ARM)
+        torch.backends.quantized.engine = (
+            "fbgemm"  # x86; elsewhere torch keeps its default (qnnpack on ARM)
+        )
     model = (model if inplace else copy.deepcopy(model)).eval()
-    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao (and away from qint8)
+    with (
+        warnings.catch_warnings()
+    ):  # torch.ao.quantization announces its move to torchao (and away from qint8)
         warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*", category=UserWarning)
-        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8,
-                                inplace=inplace)
+        warnings.filterwarnings(
+            "ignore", message=".*quantized tensor creation functions.*", category=UserWarning
+        )
+        return quantize_dynamic(
+            model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=inplace
+        )

@@ -34,8 +34,9 @@ def map_in_workers(fn: Callable[[T], R], jobs: Sequence[T], workers: int = 1) ->
     total = torch.get_num_threads()
     share = max(1, total // workers)
     try:
-        with ThreadPoolExecutor(min(workers, len(jobs)), initializer=torch.set_num_threads,
-                                initargs=(share,)) as pool:
+        with ThreadPoolExecutor(
+            min(workers, len(jobs)), initializer=torch.set_num_threads, initargs=(share,)
+        ) as pool:
             return list(pool.map(fn, jobs))
     finally:
         torch.set_num_threads(total)  # also the count that threads started later begin with
