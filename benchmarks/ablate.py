@@ -17,11 +17,11 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from quality import parse_scores  # benchmarks/quality.py, beside this script
+import common  # benchmarks/common.py (the script's folder is on sys.path)
+from common import QKV, parse_scores
 
 
 def run(cmd: list[str], log: Path | None = None) -> subprocess.Popen:
@@ -44,13 +44,13 @@ def main() -> int:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    qkv = [sys.executable, "-m", "qkv"]
+    print(common.describe(common.machine(), common.versions("torch")), flush=True)
     variants = [v.split("=", 1) for v in args.variant]
     pending, running, start = list(variants), [], time.time()
     while pending or running:
         while pending and len(running) < args.parallel:
             name, overrides = pending.pop(0)
-            cmd = [*qkv, "train", args.config, "--out", str(out / name), "--data_dir", args.data_dir,
+            cmd = [*QKV, "train", args.config, "--out", str(out / name), "--data_dir", args.data_dir,
                    *overrides.split()]
             running.append((name, run(cmd, out / f"{name}.train.log"), time.time()))
         time.sleep(2)
@@ -71,11 +71,11 @@ def main() -> int:
                "best_step": int(best["step"]) if best else None,
                "curve": [(int(r["step"]), float(r["valid_bleu"])) for r in log]}
         avg = out / f"{name}-avg"
-        subprocess.run([*qkv, "average", "--model", str(d), "--last", str(args.last), "--out", str(avg)], check=True,
+        subprocess.run([*QKV, "average", "--model", str(d), "--last", str(args.last), "--out", str(avg)], check=True,
                        stdout=subprocess.DEVNULL)
         corpus, pair = _corpus_and_pair(d)
         for which, model in (("best", d), ("avg", avg)):  # the best single model vs the averaged one
-            res = subprocess.run([*qkv, "evaluate", "--model", str(model), "--corpus", corpus, "--split",
+            res = subprocess.run([*QKV, "evaluate", "--model", str(model), "--corpus", corpus, "--split",
                                   args.split, "--pair", pair, "--beam", str(args.beam), "--data-dir",
                                   args.data_dir, "--device", args.device], capture_output=True, text=True)
             row.update({f"{which}_beam_{k}": v for k, v in parse_scores(res.stdout + res.stderr).items()})

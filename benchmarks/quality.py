@@ -1,6 +1,6 @@
 """Train, average, decode and score one of the documented quality results (docs/results.md), resumably.
 
-    python benchmarks/quality.py multi30k-en-de --data-dir ../shared/data          # ~2 h on 2 CPU cores
+    python benchmarks/quality.py multi30k-en-de --data-dir ../shared/data          # train, average, score
     python benchmarks/quality.py multi30k-en-de --data-dir ../shared/data          # again: resumes the run
     python benchmarks/quality.py --plot docs/results/curves.png runs/quality/*/log.csv
 
@@ -10,7 +10,7 @@ beam search (Multi30k: tokenized lowercase BLEU against the official references,
 chrF; Tatoeba: sacreBLEU, with the `zh` tokenizer into Chinese). Checkpoints are chosen by the validation
 split only; so is the length penalty α when `--alphas` names several (each decodes the validation split once,
 the best α by the result's metric then decodes the test split). Writes RUN/result.json and RUN-avg/test.hyp
-and prints 10 sample translations.
+and prints 10 sample translations; result.json also records the machine (CPU model, flags, cores) and versions.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import subprocess
-import sys
 from pathlib import Path
 
+import common  # benchmarks/common.py (the script's folder is on sys.path)
+from common import QKV, parse_scores
 from qkv.data.named import get_corpus
 
 # name -> (recipe, overrides, corpus, pair, checkpoints averaged, beam)
@@ -41,20 +41,10 @@ RESULTS: dict[str, tuple[str, list[str], str, str, int, int]] = {
 
 
 def qkv(*args: str, capture: bool = False) -> str:
-    cmd = [sys.executable, "-m", "qkv.apps.cli", *args]
+    cmd = [*QKV, *args]
     print("+ qkv " + " ".join(args), flush=True)
     res = subprocess.run(cmd, check=True, text=True, capture_output=capture)
     return (res.stdout + res.stderr) if capture else ""
-
-
-def parse_scores(text: str) -> dict[str, float]:
-    """sacreBLEU lines printed by `qkv evaluate` -> {"bleu", "chrf", "tok_bleu"}."""
-    scores = {}
-    for line in text.splitlines():
-        m = re.match(r"(BLEU|chrF2?)\|.*?= ([\d.]+)", line)
-        if m:
-            scores["chrf" if m[1].startswith("chrF") else "tok_bleu" if "lowercased" in line else "bleu"] = float(m[2])
-    return scores
 
 
 def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bool = True,
@@ -84,7 +74,8 @@ def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bo
     result = {"result": name, "config": config, "overrides": overrides + extra, "pair": pair,
               "averaged": last, "beam": beam, "alpha": alpha, "valid_by_alpha": on_valid, "steps": int(log[-1]["step"]),
               "train_hours": float(log[-1]["elapsed_s"]) / 3600, **scores,
-              "samples": samples(corpus, pair, data_dir, hyp_file)}
+              "samples": samples(corpus, pair, data_dir, hyp_file),
+              "machine": common.machine(), "versions": common.versions("torch")}
     for s in result["samples"]:
         print(f"SRC {s['source']}\nREF {s['reference']}\nHYP {s['translation']}\n")
     (run / "result.json").write_text(json.dumps(result, indent=1))

@@ -1,46 +1,59 @@
 """Speed of qkv against Hugging Face transformers and CTranslate2 on the paper's base shape, on CPU.
 
     pip install -e '.[bench]'
-    python benchmarks/speed.py                                   # the table of docs/benchmarks.md (~9 min, 2 cores)
-    python benchmarks/speed.py --quick                           # smoke run of every path (~3 min)
+    python benchmarks/speed.py                 # the table of docs/benchmarks.md
+    python benchmarks/speed.py --quick         # smoke run of every path
+    python benchmarks/speed.py --cache-off     # also qkv greedy without the decoder cache
     python benchmarks/speed.py --json benchmarks/results/speed.json
 
-One random model, three engines. A Hugging Face `MarianMTModel` of the base shape (6 + 6 layers, d_model 512,
-d_ff 2048, 8 heads, ReLU, post-norm, sinusoidal positions, a shared and tied 8,000-token vocabulary) is built
-with random weights, imported into qkv with `qkv.interop.marian.from_marian`, and converted to CTranslate2 with
-`ctranslate2.converters.TransformersConverter` (float32 and int8). Ids: unk 1, decoder start (bos) 2, eos 3, and pad
-last (8k - 1), where Marian has it: CTranslate2's Marian converter drops the last row as the pad. The bos row is
-zeroed, so that the three compute the same function (CTranslate2 starts Marian decoders from a zero embedding).
+The output opens with the machine (CPU model, the CPU flags that select kernels, cores) and the
+versions.
 
-Before any timing the harness checks correctness and exits 1 if it fails: on the benchmark sources, qkv's logits
-equal Hugging Face's (1e-4, with nn.Linear and with packed weights) and qkv's greedy ids (packed weights, the
-default) equal `generate`'s token for token (both decoding freely to eos or `--new-tokens`). CTranslate2
-float32's agreement with Hugging Face is reported, not required.
+One random model, three engines. A Hugging Face `MarianMTModel` of the base shape (6 + 6 layers,
+d_model 512, d_ff 2048, 8 heads, ReLU, post-norm, sinusoidal positions, a shared and tied
+8,000-token vocabulary; `common.marian_config`) is built with random weights, imported into qkv with
+`qkv.interop.marian.from_marian`, and converted to CTranslate2 with
+`ctranslate2.converters.TransformersConverter` (float32 and int8). Ids: unk 1, decoder start (bos)
+2, eos 3, and pad last (8k - 1), where Marian has it: CTranslate2's Marian converter drops the last
+row as the pad. The bos row is zeroed, so that the three compute the same function (CTranslate2
+starts Marian decoders from a zero embedding).
+
+Before any timing the harness checks correctness and exits 1 if it fails: on the benchmark sources,
+qkv's logits equal Hugging Face's (1e-4, with nn.Linear and with packed weights) and qkv's greedy
+ids (packed weights, the default; with `--cache-off` also without the decoder cache) equal
+`generate`'s token for token (both decoding freely to eos or `--new-tokens`). CTranslate2 float32's
+agreement with Hugging Face is reported, not required.
 
 Timed, each engine and setting in a fresh subprocess (so that the peak RSS is its own):
 * decoding: greedy and beam 4, batch 1 (`--batch1-sentences` sentences, one at a time) and batch 32
-  (`--batch32-sentences` in batches of 32); sources of `--src-len` random tokens + eos; every hypothesis is
-  forced to exactly `--new-tokens` tokens (qkv min_len = max_len, HF min_new_tokens = max_new_tokens, CT2
-  min/max_decoding_length), so the work does not depend on when a random model would stop. qkv also runs one
-  more decoder step to score the forced eos. CTranslate2 runs with its default threads and with
-  (inter_threads, intra_threads) = (2, 1); it receives all sentences of a run at once with max_batch_size =
-  the batch, so inter_threads = 2 decodes two batches in parallel (its throughput mode). qkv runs both ways
-  too: "qkv" uses torch's threads on one batch at a time, "qkv 2x1" decodes two batches at once on two worker
-  threads with one torch thread each (`qkv.runtime.workers`, `--workers 2` in `qkv translate`). "qkv" rows use
-  packed weights (`qkv.runtime.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear.
-  (CT2's (1, 2) layout measured the same as its default, 1 x all cores, and was dropped to keep the run short.)
-* training: forward + backward + Adam step on `--train-sentences` pairs (25 target tokens each, ~4,000 per step),
-  float32, dropout 0.1, qkv vs Hugging Face: target tokens/s, and achieved GFLOP/s (matmul FLOPs counted from the
-  shapes, backward = 2 x forward) as a fraction of the machine's fp32 matmul peak, measured with torch.matmul on
-  `--matmul-size` square matrices with the same threads. Each engine runs twice: as is, and with glibc told to
-  keep freed memory (`qkv.runtime.process.keep_freed_memory`, which qkv's Trainer does on the CPU; it helps any
-  PyTorch training loop, HF's too).
-* attention: one encoder self-attention layer (d_model 512, 8 heads, batch 1) at sequence lengths 128 .. 4096:
-  time and peak memory (RSS high-water mark above the one before the call) of qkv's fused path
-  (F.scaled_dot_product_attention) and of the explicit softmax(QK^T)V path (`need_weights=True`).
-Each time is the median of `--repeats` runs after one warm-up run (the best run is reported too). Other processes
-on the machine make timings noisy: "others' cores" is the CPU they used while a row was timed (machine-wide busy
-time from /proc/stat minus the worker's own, per second), and the load average before and after is recorded.
+  (`--batch32-sentences` in batches of 32); sources of `--src-len` random tokens + eos; every
+  hypothesis is forced to exactly `--new-tokens` tokens (qkv min_len = max_len, HF min_new_tokens =
+  max_new_tokens, CT2 min/max_decoding_length), so the work does not depend on when a random model
+  would stop. tokens/s counts the returned hypotheses' tokens (eos excluded; a beam of 4 computes 4
+  times as many). qkv also runs one more decoder step to score the forced eos. CTranslate2 runs with
+  its default threads and with (inter_threads, intra_threads) = (2, 1); it receives all sentences of
+  a run at once with max_batch_size = the batch, so inter_threads = 2 decodes two batches in
+  parallel (its throughput mode). qkv runs both ways too: "qkv" uses torch's threads on one batch at
+  a time, "qkv 2x1" decodes two batches at once on two worker threads with one torch thread each
+  (`qkv.runtime.workers`, `--workers 2` in `qkv translate`). "qkv" rows use packed weights
+  (`qkv.runtime.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear.
+  With `--cache-off`, "qkv cache off" rows (greedy) recompute the whole prefix at every step (the
+  reference the decoder cache must match): they show what the cache saves.
+* training: forward + backward + Adam step on `--train-sentences` pairs (25 target tokens each),
+  float32, dropout 0.1, qkv vs Hugging Face: target tokens/s, and achieved GFLOP/s (matmul FLOPs
+  counted from the shapes, backward = 2 x forward) as a fraction of the machine's fp32 matmul peak,
+  measured with torch.matmul on `--matmul-size` square matrices with the same threads. Each engine
+  runs twice: as is, and with glibc told to keep freed memory
+  (`qkv.runtime.process.keep_freed_memory`, which `qkv train` does on the CPU; it helps any PyTorch
+  training loop, HF's too).
+* attention: one encoder self-attention layer (d_model 512, 8 heads, batch 1) at sequence lengths
+  128 .. 4096: time and peak memory (RSS high-water mark above the one before the call) of qkv's
+  fused path (F.scaled_dot_product_attention) and of the explicit softmax(QK^T)V path
+  (`need_weights=True`).
+Each time is the median of `--repeats` runs after one warm-up run (the best run is reported too;
+`common.timed`). Other processes on the machine make timings noisy: "others' cores" is the CPU they
+used while a row was timed (machine-wide busy time from /proc/stat minus the worker's own, per
+second), and the load average before and after is recorded.
 """
 
 from __future__ import annotations
@@ -48,8 +61,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,13 +70,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from machine import cpu_model  # benchmarks/machine.py (the script's folder is on sys.path)
+import common  # benchmarks/common.py (the script's folder is on sys.path)
+from common import BOS, D_FF, D_MODEL, EOS, HEADS, LAYERS, UNK, marian_config, memory_mb, timed
 
-UNK, BOS, EOS = 1, 2, 3  # and pad = vocab - 1, where Marian has it (CTranslate2's converter drops that row)
-FIRST_WORD = 4  # sources and targets are drawn from FIRST_WORD .. vocab - 2
 CT2_THREADS = [("default", 1, 0), ("2x1", 2, 1)]  # (label, inter_threads, intra_threads)
 ATTENTION_LENGTHS = [128, 256, 512, 1024, 2048, 4096]
-ENV = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+ENV = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false",
+       "HF_HUB_OFFLINE": "1"}
 
 
 # --- the shared setup: the model in three formats and the sources ------------------------------------------------
@@ -73,18 +84,6 @@ ENV = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM"
 def token(i: int, vocab: int) -> str:
     """The vocabulary's i-th token string (CTranslate2 reads tokens, qkv and HF ids)."""
     return "<pad>" if i == vocab - 1 else {UNK: "<unk>", BOS: "<s>", EOS: "</s>"}.get(i, f"w{i}")
-
-
-def marian_config(vocab: int) -> Any:
-    """The paper's base shape as a MarianConfig: ReLU (an activation qkv has), pad last, bos 2, eos 3."""
-    from transformers import MarianConfig
-
-    return MarianConfig(vocab_size=vocab, d_model=512, encoder_layers=6, decoder_layers=6,
-                        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
-                        decoder_ffn_dim=2048, max_position_embeddings=1024, activation_function="relu",
-                        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
-                        pad_token_id=vocab - 1, eos_token_id=EOS, decoder_start_token_id=BOS, forced_eos_token_id=None,
-                        share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
 
 
 def build(work: Path, args: argparse.Namespace) -> None:
@@ -111,9 +110,7 @@ def build(work: Path, args: argparse.Namespace) -> None:
         TransformersConverter(str(work / "hf")).convert(str(work / f"ct2-{quantization}"),
                                                         quantization=quantization, force=True)
     n = max(args.batch1_sentences, args.batch32_sentences)
-    src = torch.randint(FIRST_WORD, args.vocab - 1, (n, args.src_len + 1),
-                        generator=torch.Generator().manual_seed(1))
-    src[:, -1] = EOS
+    src = common.random_sentences(n, args.src_len, args.vocab, seed=1)
     (work / "sources.json").write_text(json.dumps(src.tolist()))
 
 
@@ -127,20 +124,23 @@ Translate = Callable[[list[list[int]], int], list[list[int]]]  # (sources, batch
 
 
 def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str | None = None,
-               workers: int = 1, pack: bool | None = None) -> Translate:
+               workers: int = 1, pack: bool | None = None, use_cache: bool = True) -> Translate:
     import torch
 
-    from qkv.runtime.prepare import prepare_for_decoding
-    from qkv.decode import beam_search, greedy
+    from qkv.decode.search import beam_search, greedy
     from qkv.modeldir import load_model_dir
+    from qkv.runtime.prepare import prepare_for_decoding
     from qkv.runtime.workers import map_in_workers
 
     model = prepare_for_decoding(load_model_dir(work / "qkv"), "cpu", quantize, pack)  # as Translator.load does
 
     def decode(src: torch.Tensor) -> list[list[int]]:
         if beam == 1:
-            return [h.tokens for h in greedy(model, src, min_len=min_len, max_len=max_len)]
-        return [hyps[0].tokens for hyps in beam_search(model, src, beam=beam, min_len=min_len, max_len=max_len)]
+            hyps = greedy(model, src, min_len=min_len, max_len=max_len, use_cache=use_cache)
+            return [h.tokens for h in hyps]
+        nbest = beam_search(model, src, beam=beam, min_len=min_len, max_len=max_len,
+                            use_cache=use_cache)
+        return [hyps[0].tokens for hyps in nbest]
 
     def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
         batches = [torch.tensor(sources[i : i + batch]) for i in range(0, len(sources), batch)]
@@ -194,14 +194,14 @@ def import_engine(engine: str) -> None:
     elif engine == "hf":
         from transformers import MarianMTModel  # noqa: F401
     else:
-        import qkv.decode  # noqa: F401
+        import qkv.decode.search  # noqa: F401
 
 
 def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) -> Translate:
     """The engine a worker spec names: "qkv", "hf" or "ct2" (with compute_type, inter, intra)."""
     if spec["engine"] == "qkv":
-        return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"), spec.get("workers", 1),
-                          spec.get("pack"))
+        return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"),
+                          spec.get("workers", 1), spec.get("pack"), spec.get("cache", True))
     if spec["engine"] == "hf":
         return hf_engine(work, spec["beam"], min_len, max_len)
     return ct2_engine(work, spec["beam"], min_len, max_len, spec["vocab"], spec["compute_type"], spec["inter"],
@@ -209,40 +209,6 @@ def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) ->
 
 
 # --- measurements, each run by a worker subprocess ----------------------------------------------------------------
-
-def memory_mb(field: str) -> float:
-    """A /proc/self/status memory field in MB: VmRSS (now) or VmHWM (peak since exec, unlike ru_maxrss)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024  # kB
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def cpu_seconds() -> tuple[float, float]:
-    """(busy CPU seconds of the whole machine, CPU seconds of this process, all its threads)."""
-    import psutil
-
-    t = psutil.cpu_times()
-    own = psutil.Process().cpu_times()
-    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal, own.user + own.system
-
-
-def timed(run: Callable[[], Any], repeats: int) -> tuple[dict[str, float], Any]:
-    """One warm-up call, then `repeats` timed calls: median and best seconds, and the cores that other processes
-    kept busy meanwhile (their load makes the times noisy). Returns those and the last call's result."""
-    result = run()
-    seconds = []
-    busy, own = cpu_seconds()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        result = run()
-        seconds.append(time.perf_counter() - begin)
-    wall = time.perf_counter() - start
-    busy_after, own_after = cpu_seconds()
-    others = max(0.0, (busy_after - busy) - (own_after - own)) / wall
-    return {"seconds": statistics.median(seconds), "best_seconds": min(seconds), "other_cores": others}, result
-
 
 def measure_decoding(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
     """Decode spec["sentences"] sources in batches of spec["batch"], every hypothesis exactly new_tokens long."""
@@ -261,17 +227,17 @@ def measure_decoding(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
             "imports_rss_mb": imports_mb}
 
 
-def training_flops(cfg: Any, batch: int, src_len: int, tgt_len: int) -> float:
+def training_flops(vocab: int, batch: int, src_len: int, tgt_len: int) -> float:
     """Matmul FLOPs of one training step: 3 x forward (backward = 2 x forward), attention products included.
 
     Per layer, MACs per token: encoder 4 D^2 + 2 D F; decoder 6 D^2 + 2 D F, plus 2 D^2 per source token for the
     cross-attention keys/values; attention QK^T and AV: 2 D per (query, key) pair; output projection D V.
     """
-    d, f, v = cfg.d_model, cfg.encoder_ffn_dim, cfg.vocab_size
+    d, f, v = D_MODEL, D_FF, vocab
     S, T = src_len, tgt_len
     encoder = S * (4 * d * d + 2 * d * f) + 2 * S * S * d
     decoder = T * (6 * d * d + 2 * d * f) + S * 2 * d * d + 2 * T * T * d + 2 * T * S * d
-    macs = batch * (cfg.encoder_layers * encoder + cfg.decoder_layers * decoder + T * d * v)
+    macs = batch * (LAYERS * encoder + LAYERS * decoder + T * d * v)
     return 3 * 2 * macs
 
 
@@ -282,16 +248,14 @@ def measure_training(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
     import_engine(spec["engine"])
     imports_mb = memory_mb("VmRSS")
-    if spec.get("keep_freed_memory"):  # what qkv's Trainer does on the CPU (qkv/allocator.py)
+    if spec.get("keep_freed_memory"):  # what `qkv train` does on the CPU
         from qkv.runtime.process import keep_freed_memory
 
         keep_freed_memory()
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # the dropout masks
     B, S, T = spec["sentences"], spec["src_len"] + 1, spec["tgt_len"]
-    src = torch.randint(FIRST_WORD, spec["vocab"] - 1, (B, S))
-    src[:, -1] = EOS
-    labels = torch.randint(FIRST_WORD, spec["vocab"] - 1, (B, T))
-    labels[:, -1] = EOS
+    src = common.random_sentences(B, S - 1, spec["vocab"], seed=2)  # (B, S), eos last
+    labels = common.random_sentences(B, T - 1, spec["vocab"], seed=3)  # (B, T), eos last
     tgt_in = torch.cat([torch.full((B, 1), BOS), labels[:, :-1]], dim=1)
     if spec["engine"] == "qkv":
         from qkv.modeldir import load_model_dir
@@ -318,7 +282,7 @@ def measure_training(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
         return loss.item()
 
     times, _ = timed(step, spec["repeats"])
-    flops = training_flops(marian_config(spec["vocab"]), B, S, T)
+    flops = training_flops(spec["vocab"], B, S, T)
     return {**times, "target_tokens": B * T, "tokens_per_second": B * T / times["seconds"],
             "gflops_per_second": flops / times["seconds"] / 1e9,
             "best_gflops_per_second": flops / times["best_seconds"] / 1e9, "flops_per_step": flops,
@@ -342,8 +306,8 @@ def measure_attention(spec: dict[str, Any]) -> dict[str, Any]:
     from qkv.model.attention import MultiHeadedAttention
 
     torch.manual_seed(0)
-    layer = MultiHeadedAttention(512, 8).eval()
-    x = torch.randn(1, spec["length"], 512)
+    layer = MultiHeadedAttention(D_MODEL, HEADS).eval()
+    x = torch.randn(1, spec["length"], D_MODEL)
     with torch.inference_mode():
         before = memory_mb("VmHWM")
         out = layer(x, need_weights=spec["explicit"])
@@ -384,7 +348,8 @@ def run_worker(spec: dict[str, Any], work: Path) -> dict[str, Any]:
 
 def check(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """qkv == HF: logits (teacher forcing, 1e-4; nn.Linear and packed weights) and greedy ids (packed, the
-    default) on the benchmark sources. CT2 float32 reported."""
+    default; with `--cache-off` also without the decoder cache) on the benchmark sources. CT2 float32
+    reported."""
     import torch
     from transformers import MarianMTModel
 
@@ -407,6 +372,12 @@ def check(work: Path, args: argparse.Namespace) -> dict[str, Any]:
               "qkv_equals_hf": sum(a == b for a, b in zip(ours, theirs, strict=True)),
               "ct2_float32_equals_hf": sum(a == b for a, b in zip(ct2, theirs, strict=True)),
               "ended_with_eos": sum(len(o) < args.new_tokens for o in theirs)}
+    if args.cache_off:
+        uncached = qkv_engine(work, 1, 0, args.new_tokens, use_cache=False)(sources, 32)
+        result["qkv_cache_off_equals_hf"] = sum(a == b for a, b in zip(uncached, theirs, strict=True))
+        if result["qkv_cache_off_equals_hf"] != len(sources):
+            raise SystemExit("check failed: qkv without the decoder cache differs from Hugging Face; "
+                             "no timing done")
     print(f"check: logits max |qkv - HF| = {logits_diff:.2e} (packed {packed_diff:.2e}); greedy ids qkv == HF on "
           f"{result['qkv_equals_hf']}/{len(sources)} sentences; CT2 float32 == HF on "
           f"{result['ct2_float32_equals_hf']}/{len(sources)}",
@@ -434,7 +405,8 @@ def engine_name(r: dict[str, Any]) -> str:
     if r["engine"] == "qkv":
         return " ".join(["qkv", *(["unpacked"] if not r.get("pack", True) else []),
                          *([r["quantize"]] if r.get("quantize") else []),
-                         *(["2x1"] if r.get("workers", 1) == 2 else [])])
+                         *(["2x1"] if r.get("workers", 1) == 2 else []),
+                         *(["cache off"] if not r.get("cache", True) else [])])
     return "HF transformers"
 
 
@@ -478,26 +450,23 @@ def attention_table(rows: list[dict[str, Any]]) -> str:
                      "one H·L² fp32 tensor MB", "time × vs L/2 (fused / explicit)", "others' cores"], out)
 
 
-def versions() -> dict[str, str]:
-    import ctranslate2
-    import torch
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "ctranslate2": ctranslate2.__version__, "python": platform.python_version()}
-
-
 # --- the run --------------------------------------------------------------------------------------------------------
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small workloads: a smoke run of every path")
     parser.add_argument("--json", default="benchmarks/results/speed.json", help="where to write the results")
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--src-len", type=int, default=25, help="source tokens (eos added)")
-    parser.add_argument("--new-tokens", type=int, default=30, help="output tokens per hypothesis")
-    parser.add_argument("--batch1-sentences", type=int, default=8, help="sentences decoded one at a time")
-    parser.add_argument("--batch32-sentences", type=int, default=64, help="sentences decoded 32 at a time")
+    parser.add_argument("--vocab", type=int, default=common.VOCAB)
+    parser.add_argument("--src-len", type=int, default=common.SRC_LEN, help="source tokens (eos added)")
+    parser.add_argument("--new-tokens", type=int, default=common.NEW_TOKENS,
+                        help="output tokens per hypothesis")
+    parser.add_argument("--batch1-sentences", type=int, default=common.BATCH1_SENTENCES,
+                        help="sentences decoded one at a time")
+    parser.add_argument("--batch32-sentences", type=int, default=common.BATCH32_SENTENCES,
+                        help="sentences decoded 32 at a time")
+    parser.add_argument("--cache-off", action="store_true",
+                        help="also time qkv greedy decoding without the decoder cache (every step "
+                        "recomputes the prefix)")
     parser.add_argument("--train-sentences", type=int, default=160, help="pairs per training step (25 target tokens)")
     parser.add_argument("--matmul-size", type=int, default=4096)
     parser.add_argument("--max-attention-length", type=int, default=4096)
@@ -517,7 +486,9 @@ def main() -> None:
         print("RESULT " + json.dumps(worker(json.loads(args.worker), Path(args.workdir))), flush=True)
         return
     started, load_before = time.perf_counter(), os.getloadavg()
-    common = {"vocab": args.vocab, "repeats": args.repeats}
+    machine, versions = common.machine(), common.versions()
+    print(common.describe(machine, versions), flush=True)
+    shared = {"vocab": args.vocab, "repeats": args.repeats}
     with tempfile.TemporaryDirectory(prefix="qkv-speed-") as tmp:
         work = Path(tmp)
         print("building the model (HF), importing it into qkv, converting it to CTranslate2 ...", file=sys.stderr)
@@ -526,28 +497,28 @@ def main() -> None:
         decode_specs = []
         for beam in (1, 4):
             for batch, n in ((1, args.batch1_sentences), (32, args.batch32_sentences)):
-                setting = {**common, "task": "decode", "beam": beam, "batch": batch, "sentences": n,
+                setting = {**shared, "task": "decode", "beam": beam, "batch": batch, "sentences": n,
                            "new_tokens": args.new_tokens}
                 decode_specs += [{**setting, "engine": "qkv", "pack": False}]
                 decode_specs += [{**setting, "engine": "qkv", "quantize": q, "workers": w}
                                  for q in (None, "int8") for w in (1, 2)]
+                if beam == 1 and args.cache_off:
+                    decode_specs += [{**setting, "engine": "qkv", "cache": False}]
                 decode_specs += [{**setting, "engine": "hf"}]
                 decode_specs += [{**setting, "engine": "ct2", "compute_type": ct, "threads_label": label,
                                   "inter": inter, "intra": intra}
                                  for ct in ("float32", "int8") for label, inter, intra in CT2_THREADS]
         decoding = [run_worker(spec, work) for spec in decode_specs]
-        matmul = run_worker({**common, "task": "matmul", "size": args.matmul_size, "repeats": 5}, work)
-        training = [run_worker({**common, "task": "train", "engine": engine, "sentences": args.train_sentences,
+        matmul = run_worker({**shared, "task": "matmul", "size": args.matmul_size, "repeats": 5}, work)
+        training = [run_worker({**shared, "task": "train", "engine": engine, "sentences": args.train_sentences,
                                 "src_len": args.src_len, "tgt_len": 25, "keep_freed_memory": keep}, work)
                     for keep in (False, True) for engine in ("qkv", "hf")]
-        attention = [run_worker({**common, "task": "attention", "length": L, "explicit": explicit}, work)
+        attention = [run_worker({**shared, "task": "attention", "length": L, "explicit": explicit}, work)
                      for L in ATTENTION_LENGTHS if args.max_attention_length >= L for explicit in (False, True)]
 
-    machine = {"cpu": cpu_model(), "cores": os.cpu_count(),
-               "load_average_before_after": [load_before[0], os.getloadavg()[0]]}
+    machine["load_average_before_after"] = [load_before[0], os.getloadavg()[0]]
     peak = matmul["gflops_per_second"]
-    print(f"\n{machine['cpu']}, {machine['cores']} cores; " + ", ".join(f"{k} {v}" for k, v in versions().items()))
-    print(f"load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; "
+    print(f"\nload average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; "
           f"{time.perf_counter() - started:.0f} s in all")
     print(f"\ncheck: logits max |qkv - HF| = {correctness['logits_max_abs_diff']:.1e} (packed "
           f"{correctness['packed_logits_max_abs_diff']:.1e}); greedy ids qkv (packed) == HF on "
@@ -560,10 +531,11 @@ def main() -> None:
     print(f"\nTraining step (forward + backward + Adam, fp32); fp32 matmul peak {peak:.0f} GFLOP/s "
           f"({args.matmul_size}² matmul, {matmul['threads']} threads)")
     print(train_table(training, peak))
-    print("\nAttention: one encoder self-attention layer (d_model 512, 8 heads, batch 1), forward")
+    print(f"\nAttention: one encoder self-attention layer (d_model {D_MODEL}, {HEADS} heads, batch 1), "
+          "forward")
     print(attention_table(attention))
     result = {"benchmark": "speed", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine, "versions": versions(), "settings": vars(args), "check": correctness,
+              "machine": machine, "versions": versions, "settings": vars(args), "check": correctness,
               "decoding": decoding, "matmul_peak": matmul, "training": training, "attention": attention,
               "seconds": time.perf_counter() - started}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
