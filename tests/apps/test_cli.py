@@ -1,15 +1,70 @@
-"""The command line, run in-process."""
+"""The command line, run in-process: parameter counts, the decoding arguments, help."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
-from qkv.apps.cli import main
+from qkv.apps.cli import build_parser, decode_options, main
+from qkv.apps.translator import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS
+from qkv.decode.options import DecodeOptions
+from qkv.decode.search import DEFAULT_MAX_LEN_B
 
 
 def test_params_prints_paper_sized_count(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["params", "--preset", "base", "--vocab", "37000"]) == 0
     printed = int(re.search(r"([\d,]+) parameters", capsys.readouterr().out).group(1).replace(",", ""))
     assert abs(printed - 65e6) / 65e6 < 0.05  # the paper's Table 3: 65M for base
+
+
+def test_decoding_argument_defaults_are_the_library_defaults() -> None:
+    """Each `DecodeOptions` field is an argument of `qkv translate` whose default is the field's
+    default; the batching and source limits default to the translator's."""
+    parser = build_parser()
+    defaults = DecodeOptions()
+    args = parser.parse_args(["translate", "--model", "X"])
+    for field in dataclasses.fields(DecodeOptions):
+        assert getattr(args, field.name) == getattr(defaults, field.name), field.name
+    assert decode_options(args) == defaults
+    assert args.max_len_b == DEFAULT_MAX_LEN_B
+    assert (args.batch_tokens, args.max_src_tokens) == (DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS)
+    evaluate = parser.parse_args(["evaluate", "--model", "X"])  # no sampling or n-best arguments
+    assert decode_options(evaluate) == defaults
+    assert (evaluate.batch_tokens, evaluate.max_src_tokens) == (DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS)
+
+
+def test_decoding_arguments_make_one_decode_options() -> None:
+    parser = build_parser()
+    given = ["--beam", "6", "--alpha", "1.5", "--nbest", "3", "--max-len-a", "0.25", "--max-len-b", "7",
+             "--min-len", "2", "--temperature", "0.5", "--top-k", "9", "--top-p", "0.8", "--seed", "11"]
+    args = parser.parse_args(["translate", "--model", "X", *given])
+    assert decode_options(args) == DecodeOptions(beam=6, alpha=1.5, nbest=3, max_len_a=0.25, max_len_b=7,
+                                                 min_len=2, temperature=0.5, top_k=9, top_p=0.8, seed=11)
+    assert decode_options(parser.parse_args(["translate", "--model", "X", "--sample"])).sampling
+    args = parser.parse_args(["evaluate", "--model", "X", "--beam", "2", "--min-len", "1"])
+    assert decode_options(args) == DecodeOptions(beam=2, min_len=1)
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--beam", "0"], "beam"), (["--nbest", "5"], "nbest"), (["--sample", "--nbest", "2"], "nbest"),
+    (["--top-p", "0"], "top_p"), (["--temperature", "0"], "temperature"), (["--max-len-b", "-1"], "max_len_b"),
+])
+def test_bad_decoding_arguments_fail_before_any_model_loads(tmp_path: Path, argv: list[str], field: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    absent = str(tmp_path / "absent")  # loading it would fail differently
+    assert main(["translate", "--model", absent, "--input", absent, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qkv translate: error: ") and field in err and "absent" not in err
+
+
+def test_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in ([], ["translate"], ["evaluate"]):
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--help"])
+        assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "translate" in out and "evaluate" in out and "--max-len-b" in out
+    assert f"(default b: {DEFAULT_MAX_LEN_B})" in out and f"(default: {DecodeOptions().beam})" in out

@@ -18,10 +18,12 @@ from qkv.apps.cli import main
 from qkv.apps.evaluate import tokenize_lowercase
 from qkv.apps.translator import Translator
 from qkv.data.tokenizer import SubwordTokenizer
+from qkv.decode.options import DecodeOptions
 from qkv.modeldir import save_model_dir
 from sentences import EN, ZH  # tests/sentences.py
 
 FAST = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "4"]  # short outputs keep the tests fast
+FAST_OPTIONS = DecodeOptions(beam=2, max_len_a=0.5, max_len_b=4)  # the same, in Python
 
 
 @pytest.fixture(autouse=True)
@@ -59,8 +61,8 @@ def test_translate_keeps_one_line_per_line(model_dir: Path, monkeypatch: pytest.
     assert len(outputs) == len(lines)
     assert outputs[1] == outputs[3] == outputs[6] == "" and all(outputs[i] for i in (0, 2, 4, 5))
     with pytest.warns(UserWarning):
-        expected = Translator.load(model_dir).translate([line.removesuffix("\r") for line in lines], beam=2,
-                                                        max_len_a=0.5, max_len_b=4)
+        expected = Translator.load(model_dir).translate([line.removesuffix("\r") for line in lines],
+                                                        FAST_OPTIONS)
     assert outputs == [e.replace("\n", " ").replace("\r", " ") for e in expected]
 
 
@@ -81,7 +83,7 @@ def test_translate_quantize_int8(model_dir: Path, tmp_path: Path, capsys: pytest
     (tmp_path / "in.txt").write_text("\n".join(EN[:3]) + "\n", encoding="utf-8")
     assert main(["translate", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), "--quantize", "int8",
                  *FAST]) == 0
-    expected = Translator.load(model_dir, quantize="int8").translate(EN[:3], beam=2, max_len_a=0.5, max_len_b=4)
+    expected = Translator.load(model_dir, quantize="int8").translate(EN[:3], FAST_OPTIONS)
     assert capsys.readouterr().out.splitlines() == expected
     with pytest.raises(ValueError, match="choose from"):
         Translator.load(model_dir, quantize="int4")
@@ -99,9 +101,8 @@ def test_translate_with_an_ensemble(model_dir: Path, tmp_path: Path, capsys: pyt
     assert main(["translate", "--model", str(model_dir), "--model", str(other), "--input", str(tmp_path / "in.txt"),
                  *FAST]) == 0
     out = capsys.readouterr().out.splitlines()
-    options = {"beam": 2, "max_len_a": 0.5, "max_len_b": 4}
-    ensemble = Translator.load([model_dir, other]).translate_detailed(EN[:4], **options)
-    alone = Translator.load(model_dir).translate_detailed(EN[:4], **options)
+    ensemble = Translator.load([model_dir, other]).translate_detailed(EN[:4], FAST_OPTIONS)
+    alone = Translator.load(model_dir).translate_detailed(EN[:4], FAST_OPTIONS)
     assert out == [t.text for t in ensemble]
     assert [t.score for t in ensemble] != pytest.approx([t.score for t in alone])  # B's probabilities count
     with pytest.raises(ValueError, match="attention weights come from one model"):

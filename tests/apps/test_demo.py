@@ -17,7 +17,7 @@ def test_short_demo_learns_held_out_numbers(tmp_path: Path) -> None:
     result = run_demo(tmp_path / "demo", steps=300, n_test=200, synthetic_max_value=9999, synthetic_train=5000)
     assert result.accuracy >= 0.9, result.examples[:5]
     src, _, ref = result.examples[0]
-    assert Translator.load(tmp_path / "demo").translate([src], beam=4) == [ref]  # a normal model directory
+    assert Translator.load(tmp_path / "demo").translate([src]) == [ref]  # a normal model directory (beam 4)
 
 
 def test_demo_command_reports_accuracy_and_location(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,16 +8,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import EndingTransformer, tiny_config
 
 from qkv import DecoderOnly, Transformer
 from qkv.apps.translator import Translator
 from qkv.data.batching import pad_sequences
 from qkv.data.tokenizer import SubwordTokenizer
-from qkv.decode import beam_search
+from qkv.decode import beam_search, greedy, sample
+from qkv.decode.ensemble import Ensemble
+from qkv.decode.options import DecodeOptions
 from qkv.modeldir import save_model_dir
 from qkv.runtime.packed import packing_available
 from sentences import EN, ZH  # tests/sentences.py
+from tiny_models import EndingTransformer, tiny_config
 
 TEXTS = [EN[0], "", ZH[1], EN[3] + " " + EN[4], "   ", ZH[5], EN[6], ZH[7] + ZH[8], EN[9], "dog"]
 
@@ -45,17 +47,19 @@ def scores(translations: list) -> list[float]:
 
 def test_input_order_and_batching_do_not_change_the_output(tokenizer: SubwordTokenizer) -> None:
     t = translator(tokenizer)
-    together = t.translate_detailed(TEXTS, nbest=2)
+    two_best = DecodeOptions(nbest=2)
+    together = t.translate_detailed(TEXTS, two_best)
     assert len({len(x.tokens) for x in together}) > 3
-    one_by_one = t.translate_detailed(TEXTS, nbest=2, batch_tokens=1)
+    one_by_one = t.translate_detailed(TEXTS, two_best, batch_tokens=1)
     order = list(range(len(TEXTS)))
     random.Random(0).shuffle(order)
-    shuffled = t.translate_detailed([TEXTS[i] for i in order], nbest=2, batch_tokens=40)
+    shuffled = t.translate_detailed([TEXTS[i] for i in order], two_best, batch_tokens=40)
     unshuffled = [shuffled[order.index(i)] for i in range(len(TEXTS))]
     assert summary(one_by_one) == summary(unshuffled) == summary(together)
     assert scores(one_by_one) == pytest.approx(scores(together), abs=1e-4)
     assert scores(unshuffled) == pytest.approx(scores(together), abs=1e-4)
-    assert t.translate(TEXTS, nbest=2) == [x.text for x in together]
+    assert t.translate(TEXTS, two_best) == [x.text for x in together]
+    assert t.translate(tuple(TEXTS), two_best) == [x.text for x in together]  # any sequence
     for i in (1, 4):  # empty and blank lines: no model call, empty output
         assert (together[i].text, together[i].score, together[i].tokens) == ("", 0.0, [])
 
@@ -65,9 +69,10 @@ def test_workers_give_the_same_translations(tokenizer: SubwordTokenizer) -> None
     also when the single batch has to be split so that each worker gets one."""
     t = translator(tokenizer)
     for beam in (1, 3):
-        alone = t.translate_detailed(TEXTS, beam=beam, attention=True)
+        options = DecodeOptions(beam=beam)
+        alone = t.translate_detailed(TEXTS, options, attention=True)
         for workers, batch_tokens in ((3, 4096), (2, 30)):
-            side_by_side = t.translate_detailed(TEXTS, beam=beam, attention=True, workers=workers,
+            side_by_side = t.translate_detailed(TEXTS, options, attention=True, workers=workers,
                                                 batch_tokens=batch_tokens)
             assert summary(side_by_side) == summary(alone)
             assert scores(side_by_side) == pytest.approx(scores(alone), abs=1e-4)
@@ -108,17 +113,65 @@ def test_translations_are_beam_search_outputs(tokenizer: SubwordTokenizer) -> No
     src = pad_sequences([[*s, 3] for s in ids], 0)
     max_len = torch.tensor([int(0.5 * len(s) + 7) for s in ids])
     expected = beam_search(t.model, src, beam=3, alpha=1.0, nbest=3, max_len=max_len)
-    got = t.translate_detailed(texts, beam=3, alpha=1.0, nbest=3, max_len_a=0.5, max_len_b=7)
+    options = DecodeOptions(beam=3, alpha=1.0, nbest=3, max_len_a=0.5, max_len_b=7)
+    got = t.translate_detailed(texts, options)
     for g, hyps in zip(got, expected, strict=True):
         assert g.tokens == hyps[0].tokens and g.score == hyps[0].score
         assert g.nbest == [(tokenizer.decode_tgt([h.tokens])[0], h.score) for h in hyps]
         assert g.text == g.nbest[0][0] and g.attention is None
 
 
+def test_every_option_reaches_the_search(tokenizer: SubwordTokenizer) -> None:
+    """min_len, alpha and the length limit reach beam search, greedy decoding and sampling (with the
+    sampling parameters and the seed of the first batch): the translations are the searches' outputs.
+    The texts are longest first, the translator's batch order, so that sampling draws alike."""
+    t = translator(tokenizer)
+    texts = sorted([EN[1], ZH[2], EN[5]], key=lambda text: -len(tokenizer.encode_src([text])[0]))
+    ids = tokenizer.encode_src(texts)
+    assert len(ids[0]) > len(ids[1]) > len(ids[2])
+    src = pad_sequences([[*s, 3] for s in ids], 0)
+    max_len = torch.tensor([int(0.5 * len(s) + 9) for s in ids])
+    base = DecodeOptions(alpha=0.3, max_len_a=0.5, max_len_b=9, min_len=12)
+    cases = [
+        (base.replace(beam=3, nbest=2),
+         beam_search(t.model, src, beam=3, alpha=0.3, nbest=2, max_len=max_len, min_len=12)),
+        (base.replace(beam=1), [[h] for h in greedy(t.model, src, max_len, min_len=12, alpha=0.3)]),
+        (base.replace(sampling=True, temperature=0.7, top_k=8, top_p=0.9, seed=5),
+         [[h] for h in sample(t.model, src, 0.7, 8, 0.9, seed=5, max_len=max_len, min_len=12, alpha=0.3)]),
+    ]
+    shorter_without_min_len = 0
+    for options, expected in cases:
+        got = t.translate_detailed(texts, options)
+        assert [g.tokens for g in got] == [hyps[0].tokens for hyps in expected], options
+        assert [[score for _, score in g.nbest] for g in got] == [[h.score for h in hyps] for hyps in expected]
+        assert all(len(g.tokens) >= 12 for g in got)  # min_len holds
+        free = t.translate_detailed(texts, options.replace(min_len=0))
+        shorter_without_min_len += sum(len(g.tokens) < 12 for g in free)
+    assert shorter_without_min_len > 0  # min_len changes outputs here: the checks above have teeth
+
+
+def test_texts_must_be_a_list_of_strings_and_options_a_decode_options(tokenizer: SubwordTokenizer) -> None:
+    t = translator(tokenizer)
+    with pytest.raises(TypeError, match="one str"):
+        t.translate("a dog runs")  # would otherwise translate each character
+    with pytest.raises(TypeError, match="one str"):
+        t.translate_detailed("a dog runs")
+    with pytest.raises(TypeError, match="strings, got int"):
+        t.translate(["a dog", 3])
+    with pytest.raises(TypeError, match="DecodeOptions, got int"):
+        t.translate(["a dog"], 4)  # a beam size where the options go
+    with pytest.raises(TypeError, match="beam"):
+        t.translate(["a dog"], beam=4)  # the options are one value
+    with pytest.raises(ValueError, match="batch_tokens"):
+        t.translate(["a dog"], batch_tokens=0)
+    assert t.translate([]) == []
+
+
 def test_attention_of_the_best_hypothesis(tokenizer: SubwordTokenizer) -> None:
     t = translator(tokenizer)
-    with_attention = t.translate_detailed(TEXTS, beam=2, attention=True)
-    assert summary(with_attention) == summary(t.translate_detailed(TEXTS, beam=2))
+    beam2 = DecodeOptions(beam=2)
+    with_attention = t.translate_detailed(TEXTS, beam2, attention=True)
+    assert summary(with_attention) == summary(t.translate_detailed(TEXTS, beam2))
     for text, x in zip(TEXTS, with_attention, strict=True):
         if x.tokens:
             assert x.attention is not None
@@ -129,37 +182,44 @@ def test_attention_of_the_best_hypothesis(tokenizer: SubwordTokenizer) -> None:
 def test_long_lines_are_truncated_with_one_warning(tokenizer: SubwordTokenizer) -> None:
     t = translator(tokenizer, max_src_tokens=8)
     with pytest.warns(UserWarning, match="2 of 3 input lines are longer than 7 subword tokens") as record:
-        out = t.translate_detailed([EN[0] * 20, "dog", ZH[3] * 50], beam=1)
+        out = t.translate_detailed([EN[0] * 20, "dog", ZH[3] * 50], DecodeOptions(beam=1))
     assert len(record) == 1 and len(out) == 3
     assert translator(tokenizer, max_src_tokens=5000).max_src_tokens == 5000
     learned = Translator(Transformer(tiny_config(src_vocab_size=tokenizer.src_vocab_size, positional="learned",
                                                  max_positions=12)), tokenizer)
     assert learned.max_src_tokens == 12  # the position table is the limit
     with pytest.warns(UserWarning, match="1 of 1"):
-        (long,) = learned.translate_detailed([EN[0] * 50], beam=2)
+        (long,) = learned.translate_detailed([EN[0] * 50], DecodeOptions(beam=2))
+    assert len(long.tokens) <= 11
+    sinusoidal = Transformer(tiny_config(src_vocab_size=tokenizer.src_vocab_size))
+    ensemble = Translator(Ensemble([sinusoidal, learned.model]), tokenizer)
+    assert ensemble.max_src_tokens == 12  # any member's table is a limit
+    with pytest.warns(UserWarning, match="1 of 1"):
+        (long,) = ensemble.translate_detailed([EN[0] * 50], DecodeOptions(beam=2))
     assert len(long.tokens) <= 11
 
 
 def test_sampling_is_seeded(tokenizer: SubwordTokenizer) -> None:
     t = translator(tokenizer)
-    first = t.translate_detailed(TEXTS, sampling=True, top_k=10, seed=4)
-    assert summary(first) == summary(t.translate_detailed(TEXTS, sampling=True, top_k=10, seed=4))
-    with pytest.raises(ValueError, match="nbest"):
-        t.translate_detailed(TEXTS, sampling=True, nbest=2)
+    options = DecodeOptions(sampling=True, top_k=10, seed=4)
+    first = t.translate_detailed(TEXTS, options)
+    assert summary(first) == summary(t.translate_detailed(TEXTS, options))
+    assert summary(first) != summary(t.translate_detailed(TEXTS, options.replace(seed=5)))
 
 
 def test_load_a_model_directory(tokenizer: SubwordTokenizer, tmp_path: Path) -> None:
     t = translator(tokenizer, ending=False)
     save_model_dir(tmp_path / "model", t.model, tokenizer)
     loaded = Translator.load(tmp_path / "model")
+    beam2 = DecodeOptions(beam=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert loaded.translate(TEXTS[:4], beam=2) == t.translate(TEXTS[:4], beam=2)
+        assert loaded.translate(TEXTS[:4], beam2) == t.translate(TEXTS[:4], beam2)
     linear_types = {type(m).__name__ for m in loaded.model.modules()} & {"Linear", "PackedLinear"}
     assert linear_types == ({"PackedLinear"} if packing_available() else {"Linear"})  # packed by default on a CPU
     unpacked = Translator.load(tmp_path / "model", pack=False)
     assert not any(type(m).__name__ == "PackedLinear" for m in unpacked.model.modules())
-    assert unpacked.translate(TEXTS[:4], beam=2) == loaded.translate(TEXTS[:4], beam=2)
+    assert unpacked.translate(TEXTS[:4], beam2) == loaded.translate(TEXTS[:4], beam2)
     with pytest.raises(ValueError, match="not both"):
         Translator.load(tmp_path / "model", quantize="int8", pack=True)
     save_model_dir(tmp_path / "lm", DecoderOnly(tiny_config(src_vocab_size=tokenizer.src_vocab_size)), tokenizer)

@@ -1,26 +1,28 @@
 """The `qkv` command line: thin wrappers over the Python API.
 
     qkv params --preset base --vocab 37000        parameter count of a preset
-    qkv train CONFIG --out DIR [--key value ...]  train a model directory (any config key can be overridden)
+    qkv train CONFIG --out DIR [--key value ...]  train a model directory (--key overrides config)
     qkv average --model DIR --last 10             average the last N checkpoints of a run
-    qkv demo [--out DIR]                          train on synthetic data for ~2 minutes and show the result
-    qkv translate --model DIR [--input FILE]      translate lines (stdin or FILE) to stdout, one per line
-    qkv evaluate --model DIR --src F --ref F      sacreBLEU BLEU and chrF (or --corpus multi30k --pair en-de)
+    qkv demo [--out DIR]                          train on synthetic data and show the result
+    qkv translate --model DIR [--input FILE]      translate lines (stdin or FILE) to stdout
+    qkv evaluate --model DIR --src F --ref F      sacreBLEU BLEU and chrF (or --corpus NAME --pair)
+
+`translate` and `evaluate` build one `DecodeOptions` from their arguments; the arguments' defaults
+are the defaults of `DecodeOptions` and `Translator`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..config import PRESETS, TransformerConfig
-
-if TYPE_CHECKING:
-    from .translator import Translator
+from ..decode.options import DecodeOptions
+from .translator import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, Translation, Translator
 
 
 def cmd_params(args: argparse.Namespace) -> int:
@@ -28,16 +30,21 @@ def cmd_params(args: argparse.Namespace) -> int:
 
     cfg = TransformerConfig.preset(args.preset, src_vocab_size=args.vocab)
     n = count_parameters(cfg)
-    print(f"{args.preset}: {n:,} parameters ({n / 1e6:.1f}M) with a shared vocabulary of {args.vocab:,}")
+    vocabulary = f"a shared vocabulary of {args.vocab:,}"
+    print(f"{args.preset}: {n:,} parameters ({n / 1e6:.1f}M) with {vocabulary}")
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from ..runtime.process import configure_process
     from ..train import Trainer, load_train_config, parse_overrides
 
     cfg = load_train_config(args.config, parse_overrides(args.overrides))
+    configure_process(**cfg.process_settings())  # threads, seed, allocator: before anything runs
     result = Trainer(cfg, args.out, resume=args.resume).train()
-    best = "" if result.best_step is None else f"; best {cfg.valid_metric} at step {result.best_step}"
+    best = ""
+    if result.best_step is not None:
+        best = f"; best {cfg.valid_metric} at step {result.best_step}"
     print(f"trained {result.step} steps{best}; model directory: {result.out_dir}")
     return 0
 
@@ -57,11 +64,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.out} already holds a demo run; choose another --out or delete it")
     print(f"training a small Transformer on synthetic numbers (digits -> {args.target} words) ...")
     result = run_demo(args.out, target=args.target, steps=args.steps, seed=args.seed)
-    print(f"trained in {result.train_seconds:.0f} s; held-out examples (source | translation | reference):")
+    print(
+        f"trained in {result.train_seconds:.0f} s; held-out examples "
+        "(source | translation | reference):"
+    )
     for src, hyp, ref in result.examples[:8]:
         print(f"  {src:<14} | {hyp} | {'ok' if hyp == ref else 'expected: ' + ref}")
-    print(f"accuracy: {100 * result.accuracy:.1f}% exact match on {len(result.examples)} held-out numbers")
-    print(f"model saved to {result.out_dir}  (try: echo '4 0 5 2' | qkv translate --model {result.out_dir})")
+    n = len(result.examples)
+    print(f"accuracy: {100 * result.accuracy:.1f}% exact match on {n} held-out numbers")
+    try_it = f"echo '4 0 5 2' | qkv translate --model {result.out_dir}"
+    print(f"model saved to {result.out_dir}  (try: {try_it})")
     return 0
 
 
@@ -71,7 +83,10 @@ def _read_input_lines(path: str | None) -> list[str]:
 
     if path is not None:
         return read_lines(path)
-    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+    if hasattr(sys.stdin, "buffer"):
+        data = sys.stdin.buffer.read()
+    else:
+        data = sys.stdin.read().encode("utf-8")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -83,7 +98,8 @@ def _read_input_lines(path: str | None) -> list[str]:
 
 
 def _write_output_lines(lines: list[str], path: str | None = None) -> None:
-    """Write lines, each ending in "\\n", as UTF-8 to FILE or stdout; a newline inside a line becomes a space."""
+    """Write lines, each ending in "\\n", as UTF-8 to FILE or stdout; a newline inside a line
+    becomes a space."""
     text = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines)
     if path is not None:
         Path(path).write_text(text, encoding="utf-8")
@@ -95,32 +111,44 @@ def _write_output_lines(lines: list[str], path: str | None = None) -> None:
         sys.stdout.write(text)
 
 
-def _translate_lines(args: argparse.Namespace, lines: list[str], **options: object) -> tuple[list, Translator]:
-    """Translate with the decoding options of `translate` and `evaluate`; log the speed to stderr.
-    Returns the results and the translator."""
+def decode_options(args: argparse.Namespace) -> DecodeOptions:
+    """The one `DecodeOptions` of the parsed arguments: each field given as an argument of the same
+    name (`evaluate` has no sampling or n-best arguments; their defaults apply)."""
+    names = [f.name for f in dataclasses.fields(DecodeOptions) if hasattr(args, f.name)]
+    return DecodeOptions(**{name: getattr(args, name) for name in names})
+
+
+def _translate_lines(
+    args: argparse.Namespace, lines: list[str], options: DecodeOptions
+) -> tuple[list[Translation], Translator]:
+    """Load the --model translator and translate `lines` as `options` say; log the speed to
+    stderr. Returns the results and the translator."""
     import time
 
-    from .translator import Translator
-
-    translator = Translator.load(args.model, args.device, args.max_src_tokens, quantize=args.quantize,
-                                 pack=False if args.no_pack else None)
+    pack = False if args.no_pack else None
+    translator = Translator.load(
+        args.model, args.device, args.max_src_tokens, quantize=args.quantize, pack=pack
+    )
     start = time.perf_counter()
-    results = translator.translate_detailed(lines, beam=args.beam, alpha=args.alpha, batch_tokens=args.batch_tokens,
-                                            max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-                                            workers=args.workers, **options)
-    seconds = time.perf_counter() - start
+    results = translator.translate_detailed(
+        lines, options, batch_tokens=args.batch_tokens, workers=args.workers
+    )
+    seconds = max(time.perf_counter() - start, 1e-9)
     n_tokens = sum(len(r.tokens) for r in results)
-    logging.getLogger("qkv").info(f"translated {len(lines)} lines in {seconds:.1f} s "
-                                  f"({len(lines) / max(seconds, 1e-9):.1f} lines/s, "
-                                  f"{n_tokens / max(seconds, 1e-9):.0f} tokens/s)")
+    speed = f"{len(lines) / seconds:.1f} lines/s, {n_tokens / seconds:.0f} tokens/s"
+    logging.getLogger("qkv").info(f"translated {len(lines)} lines in {seconds:.1f} s ({speed})")
     return results, translator
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    results, _ = _translate_lines(args, _read_input_lines(args.input), nbest=args.nbest, sampling=args.sample,
-                               temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    if args.nbest > 1:  # Moses n-best format: one "line index ||| translation ||| score" per hypothesis
-        out = [f"{i} ||| {text} ||| {score:.4f}" for i, r in enumerate(results) for text, score in r.nbest]
+    options = decode_options(args)
+    results, _ = _translate_lines(args, _read_input_lines(args.input), options)
+    if options.nbest > 1:  # Moses n-best format: "line index ||| translation ||| score"
+        out = [
+            f"{i} ||| {text} ||| {score:.4f}"
+            for i, r in enumerate(results)
+            for text, score in r.nbest
+        ]
     else:
         out = [r.text for r in results]
     _write_output_lines(out)
@@ -132,6 +160,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..data.named import get_corpus, named_paths, tokenized_reference_path
     from .evaluate import score
 
+    options = decode_options(args)
     src_lang = tgt_lang = None
     if args.pair:
         src_lang, _, tgt_lang = args.pair.partition("-")
@@ -151,42 +180,104 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     elif args.src and args.ref:
         src, ref = args.src, args.ref
     else:
-        raise ValueError("give --src FILE --ref FILE, or --corpus NAME --pair SRC-TGT [--split SPLIT]")
+        raise ValueError(
+            "give --src FILE --ref FILE, or --corpus NAME --pair SRC-TGT [--split SPLIT]"
+        )
     lang = args.lang or tgt_lang
     if tok_ref is not None and not lang:
-        raise ValueError("tokenized lowercase BLEU needs the target language: give --lang (or --pair)")
-    sources, refs = read_lines(src), read_lines(ref)
+        raise ValueError(
+            "tokenized lowercase BLEU needs the target language: give --lang (or --pair)"
+        )
+    sources = read_lines(src)
+    refs = read_lines(ref)
     tok_refs = None if tok_ref is None else read_lines(tok_ref)
     if len(sources) != len(refs) or (tok_refs is not None and len(tok_refs) != len(refs)):
-        raise ValueError(f"{src} has {len(sources)} lines, {ref} {len(refs)}"
-                         + ("" if tok_refs is None else f", {tok_ref} {len(tok_refs)}"))
-    results, translator = _translate_lines(args, sources)
+        counts = f"{src} has {len(sources)} lines, {ref} {len(refs)}"
+        if tok_refs is not None:
+            counts += f", {tok_ref} {len(tok_refs)}"
+        raise ValueError(counts)
+    results, translator = _translate_lines(args, sources, options)
     hyps = [r.text for r in results]
     if args.output:
         _write_output_lines(hyps, args.output)
     # a model that writes lowercase is scored case-insensitively
-    print(score(hyps, refs, lang or "", tok_refs, lowercase=translator.tokenizer.lowercase).format())
+    lowercase = translator.tokenizer.lowercase
+    print(score(hyps, refs, lang or "", tok_refs, lowercase=lowercase).format())
     return 0
 
 
 def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
-    """The options `translate` and `evaluate` share."""
-    p.add_argument("--model", required=True, action="append",
-                   help="model directory (config.json, model.safetensors, tokenizer); give it again for each "
-                        "further model of an ensemble (same tokenizer): their probabilities are averaged")
-    p.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy decoding (default: 4)")
-    p.add_argument("--alpha", type=float, default=0.6, help="length penalty ((5 + len) / 6) ** alpha (default: 0.6)")
-    p.add_argument("--batch-tokens", type=int, default=4096, help="most padded source tokens in a batch")
-    p.add_argument("--max-len-a", type=float, default=1.0, help="output limit: a * source tokens + b (a = 1)")
-    p.add_argument("--max-len-b", type=int, default=50, help="output limit: a * source tokens + b (b = 50)")
-    p.add_argument("--max-src-tokens", type=int, default=1024,
-                   help="longer source lines are truncated, with a warning (learned positions: max_positions)")
+    """The arguments `translate` and `evaluate` share; every default comes from the library."""
+    from ..runtime.quantize import QUANTIZATIONS
+
+    defaults = DecodeOptions()
+    p.add_argument(
+        "--model",
+        required=True,
+        action="append",
+        help="model directory (config.json, model.safetensors, tokenizer); give it again for each "
+        "further model of an ensemble (same tokenizer): their probabilities are averaged",
+    )
+    p.add_argument(
+        "--beam",
+        type=int,
+        default=defaults.beam,
+        help="beam size; 1 is greedy decoding (default: %(default)s)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=defaults.alpha,
+        help="length penalty ((5 + len) / 6) ** alpha (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-len-a",
+        type=float,
+        default=defaults.max_len_a,
+        help="output limit: a * source tokens + b (default a: %(default)s)",
+    )
+    p.add_argument(
+        "--max-len-b",
+        type=int,
+        default=defaults.max_len_b,
+        help="output limit: a * source tokens + b (default b: %(default)s)",
+    )
+    p.add_argument(
+        "--min-len",
+        type=int,
+        default=defaults.min_len,
+        help="no end of sentence before this many tokens (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=DEFAULT_BATCH_TOKENS,
+        help="most padded source tokens in a batch (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-src-tokens",
+        type=int,
+        default=DEFAULT_MAX_SRC_TOKENS,
+        help="longer source lines are truncated, with a warning; learned positions: at most "
+        "max_positions (default: %(default)s)",
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, ... (default: cpu)")
-    p.add_argument("--quantize", choices=["int8"], help="int8 dynamic quantization of the linear layers (CPU)")
-    p.add_argument("--no-pack", action="store_true",
-                   help="keep nn.Linear weights as stored (default on the CPU: packed for oneDNN, faster)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="batches decoded at once, each on its share of the CPU threads (throughput; default: 1)")
+    p.add_argument(
+        "--quantize",
+        choices=QUANTIZATIONS,
+        help="int8 dynamic quantization of the linear layers (CPU)",
+    )
+    p.add_argument(
+        "--no-pack",
+        action="store_true",
+        help="keep nn.Linear weights as stored (default on the CPU: packed for oneDNN)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="batches decoded at once, each on its share of the CPU threads (default: %(default)s)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -197,17 +288,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", type=int, default=37000, help="shared vocabulary size (paper: 37000)")
     p.set_defaults(func=cmd_params)
 
-    p = sub.add_parser("train", help="train a translation model; extra --key value pairs override the config",
-                       description="Train a model directory. Every TrainConfig key can be given as --key value "
-                                   "(model keys as --model.KEY value); an unknown key is an error.")
-    p.add_argument("config", nargs="?", help="YAML recipe (see configs/); defaults apply without one")
+    p = sub.add_parser(
+        "train",
+        help="train a translation model; extra --key value pairs override the config",
+        description="Train a model directory. Every TrainConfig key can be given as --key value "
+        "(model keys as --model.KEY value); an unknown key is an error.",
+    )
+    p.add_argument(
+        "config", nargs="?", help="YAML recipe (see configs/); defaults apply without one"
+    )
     p.add_argument("--out", required=True, help="output model directory")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
+    )
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("demo", help="train on the built-in synthetic corpus (~2 min on 2 cores) and translate")
-    p.add_argument("--out", default="qkv-demo", help="where to save the model directory (default: qkv-demo)")
-    p.add_argument("--target", default="en", choices=["en", "zh"], help="number words in English or Chinese")
+    p = sub.add_parser(
+        "demo", help="train a small model on the built-in synthetic corpus and translate with it"
+    )
+    p.add_argument(
+        "--out", default="qkv-demo", help="where to save the model directory (default: %(default)s)"
+    )
+    p.add_argument(
+        "--target", default="en", choices=["en", "zh"], help="number words in English or Chinese"
+    )
     p.add_argument("--steps", type=int, help="training updates (default: the demo recipe's)")
     p.add_argument("--seed", type=int, default=1234)
     p.set_defaults(func=cmd_demo)
@@ -215,36 +319,84 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("average", help="average the last N checkpoints of a training run")
     p.add_argument("--model", required=True, help="the training run's output directory")
     p.add_argument("--last", type=int, default=10, help="how many of the newest checkpoints")
-    p.add_argument("--out", help="write a new model directory here (default: replace the run's weights)")
+    p.add_argument(
+        "--out", help="write a new model directory here (default: replace the run's weights)"
+    )
     p.set_defaults(func=cmd_average)
 
-    p = sub.add_parser("translate", help="translate lines from stdin or --input to stdout, one line per line",
-                       description="Translate text: one output line per input line (an empty line gives an empty "
-                                   "line). Beam search by default; --sample draws tokens instead.")
+    p = sub.add_parser(
+        "translate",
+        help="translate lines from stdin or --input to stdout, one line per line",
+        description="Translate text: one output line per input line (an empty line gives an empty "
+        "line). Beam search by default; --sample draws tokens instead.",
+    )
     _add_decoding_arguments(p)
+    defaults = DecodeOptions()
     p.add_argument("--input", help="UTF-8 text file (.gz allowed); default: stdin")
-    p.add_argument("--nbest", type=int, default=1,
-                   help="with N > 1, write the N best as 'line ||| translation ||| score' (Moses n-best format)")
-    p.add_argument("--sample", action="store_true", help="sample instead of beam search (one hypothesis)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    p.add_argument("--top-k", type=int, default=0, help="sample from the k most probable tokens (0: all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="sample from the smallest set with mass >= p")
-    p.add_argument("--seed", type=int, default=0, help="random seed for --sample")
+    p.add_argument(
+        "--nbest",
+        type=int,
+        default=defaults.nbest,
+        help="with N > 1, write the N best as 'line ||| translation ||| score' (Moses n-best "
+        "format; default: %(default)s)",
+    )
+    p.add_argument(
+        "--sample",
+        dest="sampling",
+        action="store_true",
+        default=defaults.sampling,
+        help="sample instead of beam search (one hypothesis)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=defaults.temperature,
+        help="sampling temperature (default: %(default)s)",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=defaults.top_k,
+        help="sample from the k most probable tokens; 0: all (default: %(default)s)",
+    )
+    p.add_argument(
+        "--top-p",
+        type=float,
+        default=defaults.top_p,
+        help="sample from the smallest set with mass >= p (default: %(default)s)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=defaults.seed,
+        help="random seed for --sample (default: %(default)s)",
+    )
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU BLEU, chrF (+ tokenized BLEU)",
-                       description="Translate --src (or a named corpus split) and score against the references: "
-                                   "sacreBLEU BLEU and chrF with their signatures, and tokenized lowercase BLEU "
-                                   "when tokenized references are given or known (Multi30k).")
+    p = sub.add_parser(
+        "evaluate",
+        help="translate a test set and print sacreBLEU BLEU, chrF (+ tokenized BLEU)",
+        description="Translate --src (or a named corpus split) and score against the references: "
+        "sacreBLEU BLEU and chrF with their signatures, and tokenized lowercase BLEU when "
+        "tokenized references are given or known (Multi30k).",
+    )
     _add_decoding_arguments(p)
     p.add_argument("--src", help="source file, one sentence per line")
     p.add_argument("--ref", help="reference file, line-aligned with --src")
-    p.add_argument("--tok-ref", help="lowercased Moses-tokenized references (e.g. test_2016_flickr.lc.norm.tok.de)")
+    p.add_argument(
+        "--tok-ref",
+        help="lowercased Moses-tokenized references (e.g. test_2016_flickr.lc.norm.tok.de)",
+    )
     p.add_argument("--corpus", help="a named corpus instead of files: multi30k, tatoeba-zh-en")
     p.add_argument("--split", help="split of --corpus (default: its test split)")
     p.add_argument("--pair", help="languages SRC-TGT, e.g. en-de (needed with --corpus)")
-    p.add_argument("--data-dir", help="folder holding the named corpora (default: $QKV_DATA_DIR, else the cache)")
-    p.add_argument("--lang", help="target language for BLEU tokenization (default: the target of --pair)")
+    p.add_argument(
+        "--data-dir",
+        help="folder holding the named corpora (default: $QKV_DATA_DIR, else the cache)",
+    )
+    p.add_argument(
+        "--lang", help="target language for BLEU tokenization (default: the target of --pair)"
+    )
     p.add_argument("--output", help="also write the translations to this file")
     p.set_defaults(func=cmd_evaluate)
     return parser
@@ -259,11 +411,11 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
         token = argv[i]
         if token in ("--out", "--resume", "-h", "--help") or token.startswith("--out="):
             takes_value = token == "--out"
-            own += argv[i: i + 1 + takes_value]
+            own += argv[i : i + 1 + takes_value]
             i += 1 + takes_value
         elif token.startswith("--"):
             has_value = "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("--")
-            overrides += argv[i: i + 1 + has_value]
+            overrides += argv[i : i + 1 + has_value]
             i += 1 + has_value
         else:
             own.append(token)  # the config file

@@ -1,11 +1,11 @@
 """Scoring translations the way the field does.
 
 * `bleu` and `chrf`: sacreBLEU (Post, 2018) on detokenized text against raw references, with its
-  signature, so that scores are comparable across papers. The BLEU tokenizer follows the target language
-  (13a by default, `zh` for Chinese).
-* `tokenized_bleu`: BLEU on lowercased, punctuation-normalized, Moses-tokenized text, as in multi-bleu.perl
-  on the official Multi30k `*.lc.norm.tok.*` references. This is the number most Multi30k papers report;
-  it is not comparable to sacreBLEU.
+  signature, so that scores are comparable across papers. The BLEU tokenizer follows the target
+  language (13a by default, `zh` for Chinese).
+* `tokenized_bleu`: BLEU on lowercased, punctuation-normalized, Moses-tokenized text, as in
+  multi-bleu.perl on the official Multi30k `*.lc.norm.tok.*` references. This is the number most
+  Multi30k papers report; it is not comparable to sacreBLEU.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ def _check_lengths(hyps: list[str], refs: list[str]) -> None:
 
 
 def bleu(
-    hyps: list[str], refs: list[str], lang: str | None = None, tokenize: str | None = None, lowercase: bool = False
+    hyps: list[str],
+    refs: list[str],
+    lang: str | None = None,
+    tokenize: str | None = None,
+    lowercase: bool = False,
 ) -> tuple[BLEUScore, str]:
     """Corpus BLEU of detokenized hypotheses against one reference each -> (BLEUScore, signature).
 
@@ -54,17 +58,18 @@ def _moses(lang: str) -> tuple[MosesPunctNormalizer, MosesTokenizer]:
 
 
 def tokenize_lowercase(text: str, lang: str) -> str:
-    """lowercase.perl | normalize-punctuation.perl -l lang | tokenizer.perl -l lang, the Multi30k recipe.
+    """lowercase.perl | normalize-punctuation.perl -l lang | tokenizer.perl -l lang: the Multi30k
+    recipe.
 
-    Like tokenizer.perl, the output escapes XML special characters ("&apos;", "&quot;", "&amp;", ...), as
-    the official tokenized references do.
+    Like tokenizer.perl, the output escapes XML special characters ("&apos;", "&quot;", "&amp;",
+    ...), as the official tokenized references do.
     """
     normalizer, tokenizer = _moses(lang)
     return tokenizer.tokenize(normalizer.normalize(text.lower()), escape=True, return_str=True)
 
 
 def tokenized_bleu(hyps: list[str], tok_refs: list[str], lang: str) -> tuple[BLEUScore, str]:
-    """BLEU of tokenize_lowercase(hyps) against references already lowercased and tokenized that way."""
+    """BLEU of tokenize_lowercase(hyps) against references lowercased and tokenized that way."""
     _check_lengths(hyps, tok_refs)
     metric = BLEU(tokenize="none", force=True)
     score = metric.corpus_score([tokenize_lowercase(h, lang) for h in hyps], [tok_refs])
@@ -73,7 +78,7 @@ def tokenized_bleu(hyps: list[str], tok_refs: list[str], lang: str) -> tuple[BLE
 
 @dataclass
 class Scores:
-    """sacreBLEU BLEU and chrF, and, when tokenized references were given, tokenized lowercase BLEU."""
+    """sacreBLEU BLEU and chrF; tokenized lowercase BLEU when tokenized references are given."""
 
     bleu: BLEUScore
     chrf: CHRFScore
@@ -92,10 +97,15 @@ class Scores:
         return "\n".join(lines)
 
 
-def score(hyps: list[str], refs: list[str], lang: str, tok_refs: list[str] | None = None,
-          lowercase: bool = False) -> Scores:
-    """All the scores of detokenized hypotheses against raw references (and tokenized ones, if given);
-    `lowercase`: BLEU and chrF case-insensitive, for a model that writes lowercase."""
+def score(
+    hyps: list[str],
+    refs: list[str],
+    lang: str,
+    tok_refs: list[str] | None = None,
+    lowercase: bool = False,
+) -> Scores:
+    """All the scores of detokenized hypotheses against raw references (and tokenized ones, if
+    given); `lowercase`: BLEU and chrF case-insensitive, for a model that writes lowercase."""
     bleu_score, bleu_sig = bleu(hyps, refs, lang, lowercase=lowercase)
     chrf_score, chrf_sig = chrf(hyps, refs, lowercase=lowercase)
     signatures = {"bleu": bleu_sig, "chrf": chrf_sig}

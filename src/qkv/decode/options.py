@@ -1,0 +1,103 @@
+"""Decoding options as one value: what the translator, the command line and a server take.
+
+    options = DecodeOptions(beam=5, alpha=1.0, nbest=2)
+    translator.translate(texts, options)
+    translator.translate(texts, options.replace(sampling=True, nbest=1, top_p=0.9, seed=3))
+
+The value is frozen and checked when it is made: a bad value raises a ValueError that names the
+field, before any model runs. The command line's defaults are this class's defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass
+
+from .search import DEFAULT_MAX_LEN_B
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How to decode each sentence.
+
+    beam: beam size; 1 is greedy decoding.
+    alpha: length penalty ((5 + length) / 6) ** alpha (GNMT); it ranks the beam's hypotheses and
+        gives every hypothesis its score.
+    nbest: how many hypotheses to return per sentence, best first (1 <= nbest <= beam; 1 when
+        sampling).
+    max_len_a, max_len_b: a sentence's output has at most max_len_a * source tokens + max_len_b
+        tokens (subword tokens, eos counted in neither).
+    min_len: eos is forbidden before this many tokens (the length limit still ends the output).
+    sampling: draw each token from the model's distribution instead of searching, reshaped by
+        temperature, top_k (the k most probable tokens; 0: all) and top_p (the smallest set of most
+        probable tokens with mass >= top_p; 1.0: all).
+    seed: the sampling draws of the translator's batch i use seed + i (0 <= seed < 2**63).
+    """
+
+    beam: int = 4
+    alpha: float = 0.6
+    nbest: int = 1
+    max_len_a: float = 1.0
+    max_len_b: int = DEFAULT_MAX_LEN_B
+    min_len: int = 0
+    sampling: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("beam", "nbest", "max_len_b", "min_len", "top_k", "seed"):
+            _check_type(self, name, int)
+        for name in ("alpha", "max_len_a", "temperature", "top_p"):
+            _check_type(self, name, float)
+        if not isinstance(self.sampling, bool):
+            raise ValueError(f"sampling must be True or False, got {self.sampling!r}")
+        if self.beam < 1:
+            raise ValueError(f"beam must be >= 1 (1 is greedy decoding), got {self.beam}")
+        if self.sampling and self.nbest != 1:
+            raise ValueError(
+                f"nbest={self.nbest}: sampling draws one hypothesis per sentence; use nbest=1"
+            )
+        if not 1 <= self.nbest <= self.beam:
+            raise ValueError(
+                f"nbest={self.nbest} must be between 1 and the beam size (beam={self.beam})"
+            )
+        if not math.isfinite(self.alpha):
+            raise ValueError(f"alpha must be a finite number, got {self.alpha}")
+        if not (math.isfinite(self.max_len_a) and self.max_len_a >= 0):
+            raise ValueError(f"max_len_a must be a finite number >= 0, got {self.max_len_a}")
+        if self.max_len_b < 0:
+            raise ValueError(f"max_len_b must be >= 0, got {self.max_len_b}")
+        if self.min_len < 0:
+            raise ValueError(f"min_len must be >= 0, got {self.min_len}")
+        if not self.temperature > 0:  # also refuses nan
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0: all tokens), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
+
+    def replace(self, **changes: object) -> DecodeOptions:
+        """A copy with some fields changed, checked like a new value."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def max_output_length(self, source_tokens: int) -> int:
+        """The most output tokens for a source of this many tokens (eos counted in neither)."""
+        return int(self.max_len_a * source_tokens + self.max_len_b)
+
+
+def _check_type(options: DecodeOptions, name: str, kind: type) -> None:
+    """An int field takes an integer; a float field any real number (neither takes a bool)."""
+    value = getattr(options, name)
+    number = numbers.Real if kind is float else numbers.Integral
+    if isinstance(value, bool) or not isinstance(value, number):
+        expected = "a number" if kind is float else "an integer"
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
+__all__ = ["DecodeOptions"]
