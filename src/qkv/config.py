@@ -50,8 +50,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def dataclass_from_dict(cls: type[T], d: dict[str, Any]) -> T:
-    """Build a config dataclass from a dict: an unknown key is an error that names it, and numbers that
-    YAML 1.1 reads as strings (`1e-9`) become floats for float-typed fields."""
+    """Build a config dataclass from a dict.
+
+    An unknown key is an error that names it, and numbers that YAML 1.1 reads as strings (`1e-9`)
+    become floats for float-typed fields.
+    """
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(d) - set(fields))
     if unknown:
@@ -110,9 +113,8 @@ class TransformerConfig:
     scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model) (paper 3.4)
     share_embeddings: bool = True  # one embedding for source and target (needs a joint vocabulary)
     tie_output: bool = True  # target embedding = pre-softmax projection (paper 3.4)
-    extra: dict[str, Any] = field(
-        default_factory=dict
-    )  # free-form notes (e.g. data recipe); unused
+    # free-form notes (e.g. data recipe); unused
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()

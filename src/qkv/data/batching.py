@@ -1,13 +1,13 @@
 """Token-based batching, as in fairseq and JoeyNMT.
 
-The paper: "Sentence pairs were batched together by approximate sequence length. Each training batch
-contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
-`TokenBatchSampler` sorts the examples by length, cuts the sorted order into batches whose padded size
-stays within `max_tokens`, and shuffles the order of the batches; `collate` turns one batch of id
-sequences into padded tensors.
+The paper: "Sentence pairs were batched together by approximate sequence length. Each training
+batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000
+target tokens." `TokenBatchSampler` sorts the examples by length, cuts the sorted order into batches
+whose padded size stays within `max_tokens`, and shuffles the order of the batches; `collate` turns
+one batch of id sequences into padded tensors.
 
-Lengths passed to the sampler are those of the tokenizer's ids; the specials `collate` adds (eos to the
-source, bos and eos to the target) are counted here, through SRC_SPECIALS and TGT_SPECIALS.
+Lengths passed to the sampler are those of the tokenizer's ids; the specials `collate` adds (eos to
+the source, bos and eos to the target) are counted here, through SRC_SPECIALS and TGT_SPECIALS.
 """
 
 from __future__ import annotations
@@ -80,12 +80,13 @@ def collate(
 
 
 def cut_into_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int) -> list[int]:
-    """Greedily cut a sequence of examples into consecutive batches whose padded size fits max_tokens.
+    """Greedily cut a sequence of examples into consecutive batches of padded size <= max_tokens.
 
     src_sizes, tgt_sizes: (N,) padded-tensor lengths of the examples, in batching order.
     Returns the start offset of each batch, followed by N (just [0] when N = 0).
     """
-    bounds, longest = [0], 0
+    bounds = [0]
+    longest = 0
     for i, size in enumerate(np.maximum(src_sizes, tgt_sizes).tolist()):
         longest = max(longest, size)
         if (i - bounds[-1] + 1) * longest > max_tokens:  # example i opens a new batch
@@ -99,17 +100,19 @@ def cut_into_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: i
 class TokenBatchSampler:
     """Yields lists of example indices whose padded batch holds at most `max_tokens` tokens.
 
-    Every epoch the examples are sorted by (target length, source length) with ties broken at random,
-    cut into batches, and the batches are shuffled; both random steps are seeded by (seed, epoch), so an
-    epoch's order is reproducible. The lengths in the sorted order do not depend on the tie-break, so the
-    batch boundaries, and the number of batches, are the same in every epoch.
+    Every epoch the examples are sorted by (target length, source length) with ties broken at
+    random, cut into batches, and the batches are shuffled; both random steps are seeded by
+    (seed, epoch), so an epoch's order is reproducible. The lengths in the sorted order do not
+    depend on the tie-break, so the batch boundaries, and the number of batches, are the same in
+    every epoch.
 
     With `world_size` > 1, rank r takes batches r, r + world_size, ... of the global order; the last
     global batches are dropped so that every rank gets the same number.
 
-    Iterating to the end of an epoch moves on to the next one, so that `for batch in sampler` can simply
-    be repeated; `set_epoch` chooses an epoch explicitly. `state_dict` records the epoch and the number of
-    batches yielded in it, so that a restored sampler yields exactly the rest of the epoch.
+    Iterating to the end of an epoch moves on to the next one, so that `for batch in sampler` can
+    simply be repeated; `set_epoch` chooses an epoch explicitly. `state_dict` records the epoch and
+    the number of batches yielded in it, so that a restored sampler yields exactly the rest of the
+    epoch.
     With shuffle=False (evaluation) batches come in length order and nothing is random.
     """
 
@@ -125,14 +128,21 @@ class TokenBatchSampler:
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
-        self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
-        self.rank, self.world_size = rank, world_size
-        self.epoch, self.position = 0, 0
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+        self.position = 0
         self.set_lengths(src_lens, tgt_lens)
 
     def set_lengths(self, src_lens: Sequence[int], tgt_lens: Sequence[int]) -> None:
-        """Batch examples of these lengths from now on (the epoch and position stay): for a training set
-        whose segmentation is sampled anew every epoch. Call it before the epoch's first batch."""
+        """Batch examples of these lengths from now on (the epoch and position stay).
+
+        For a training set whose segmentation is sampled anew every epoch. Call it before the
+        epoch's first batch.
+        """
         if len(src_lens) != len(tgt_lens):
             raise ValueError(f"{len(src_lens)} source lengths but {len(tgt_lens)} target lengths")
         self.src_sizes = np.asarray(src_lens, dtype=np.int64) + SRC_SPECIALS
@@ -141,8 +151,8 @@ class TokenBatchSampler:
         if too_long.size:
             i = int(too_long[0])
             raise ValueError(
-                f"example {i} (source {src_lens[i]}, target {tgt_lens[i]} tokens plus specials) does not "
-                f"fit in max_tokens={self.max_tokens}; filter long examples out first "
+                f"example {i} (source {src_lens[i]}, target {tgt_lens[i]} tokens plus specials) "
+                f"does not fit in max_tokens={self.max_tokens}; filter long examples out first "
                 f"({too_long.size} example(s) too long)"
             )
         order = self._sorted_order(None)
@@ -151,7 +161,7 @@ class TokenBatchSampler:
         )
 
     def _sorted_order(self, rng: np.random.Generator | None) -> np.ndarray:
-        """(N,) example indices sorted by (target size, source size), ties in random order if rng."""
+        """(N,) example indices sorted by (target size, source size), ties shuffled if rng."""
         perm = (
             rng.permutation(len(self.src_sizes))
             if rng is not None
@@ -185,7 +195,7 @@ class TokenBatchSampler:
         self.epoch, self.position = self.epoch + 1, 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Start `epoch` from its beginning; a no-op for the current epoch, so a resumed one goes on."""
+        """Go to the start of `epoch`; a no-op for the current epoch, so a resumed one goes on."""
         if epoch != self.epoch:
             self.epoch, self.position = epoch, 0
 

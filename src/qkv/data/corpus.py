@@ -1,7 +1,7 @@
 """Reading and cleaning parallel text: the raw material of a translation model.
 
-A parallel corpus is two lists of sentences where line i of the source translates line i of the target.
-Everything here works on plain Python strings; tokenization happens later.
+A parallel corpus is two lists of sentences where line i of the source translates line i of the
+target. Everything here works on plain Python strings; tokenization happens later.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ class DataError(ValueError):
 def read_lines(path: StrPath) -> list[str]:
     """Read a UTF-8 text file (gzip-compressed if its name ends in `.gz`) into a list of lines.
 
-    Only the line terminator ("\\n" or "\\r\\n") is removed; other whitespace is kept as is. Lines are split
-    on "\\n" alone, so characters such as U+2028 inside a sentence never break the alignment.
+    Only the line terminator ("\\n" or "\\r\\n") is removed; other whitespace is kept as is. Lines
+    are split on "\\n" alone, so characters such as U+2028 inside a sentence never break the
+    alignment.
     """
     path = Path(path)
     if not path.is_file():
@@ -87,7 +88,7 @@ def load_tsv(path: StrPath) -> ParallelCorpus:
 
 @dataclass
 class CleanReport:
-    """How many pairs `clean` kept, and how many it dropped for each reason (each pair counted once)."""
+    """How many pairs `clean` kept, and how many it dropped for each reason (each counted once)."""
 
     kept: int
     empty: int
@@ -97,8 +98,8 @@ class CleanReport:
     def __str__(self) -> str:
         total = self.kept + self.empty + self.too_long + self.ratio
         return (
-            f"kept {self.kept} of {total} pairs (dropped {self.empty} empty, {self.too_long} too long, "
-            f"{self.ratio} over the length ratio)"
+            f"kept {self.kept} of {total} pairs (dropped {self.empty} empty, "
+            f"{self.too_long} too long, {self.ratio} over the length ratio)"
         )
 
 

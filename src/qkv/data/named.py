@@ -1,10 +1,10 @@
-"""Named corpora: well-known data sets by name, read from a local folder and, where possible, downloaded.
+"""Named corpora: well-known data sets by name, read from a local folder, downloaded if possible.
 
 Files live at `<data_dir>/<name>/<file>`, e.g. `<data_dir>/multi30k/train.de.gz`. The data folder is
-the `data_dir` argument (the CLI's `--data-dir`), else the `QKV_DATA_DIR` environment variable, else the
-user cache `~/.cache/qkv/data` (`$QKV_CACHE_DIR/data` when that variable is set). Nothing is guessed
-beyond that, and nothing is downloaded unless asked for. Every file has a recorded sha256: downloads are
-always checked, local copies when asked (`verify`).
+the `data_dir` argument (the CLI's `--data-dir`), else the `QKV_DATA_DIR` environment variable, else
+the user cache `~/.cache/qkv/data` (`$QKV_CACHE_DIR/data` when that variable is set). Nothing is
+guessed beyond that, and nothing is downloaded unless asked for. Every file has a recorded sha256:
+downloads are always checked, local copies when asked (`verify`).
 """
 
 from __future__ import annotations
@@ -22,19 +22,17 @@ from qkv.data.corpus import DataError, ParallelCorpus, StrPath, load_parallel
 
 @dataclass(frozen=True)
 class NamedCorpus:
-    """What qkv knows about a named corpus: its splits, languages, files and where they come from."""
+    """What qkv knows of a named corpus: its splits, languages, files and where they come from."""
 
     name: str
     splits: tuple[str, ...]
     langs: tuple[str, ...]
-    sha256: Mapping[
-        str, str
-    ]  # every file, as a path relative to `<data_dir>/<name>/`, with its digest
+    # every file, as a path relative to `<data_dir>/<name>/`, with its digest
+    sha256: Mapping[str, str]
     url: Callable[[str], str] | None  # relative path -> download URL; None: cannot be downloaded
     source: str  # where the data comes from and under which terms, shown in error messages
-    companions: tuple[
-        str, ...
-    ] = ()  # files `{split}.{companion}.gz` that must travel with each split
+    # files `{split}.{companion}.gz` that must travel with each split
+    companions: tuple[str, ...] = ()
     tok_splits: tuple[str, ...] = ()  # splits with official tokenized references `tok/...`
 
 
@@ -43,7 +41,8 @@ def _parse_sha256sums(text: str) -> dict[str, str]:
     return {file: digest for digest, file in (line.split() for line in text.strip().splitlines())}
 
 
-# Digests of the official files, in `sha256sum` format (`sha256sum -c` can check a copy with them).
+# Digests of the official files, in `sha256sum` format (`sha256sum -c` can check a copy with them);
+# a line is never split, however long.
 _MULTI30K_SHA256SUMS = """
 726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6  train.de.gz
 d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f  train.en.gz
@@ -65,7 +64,7 @@ c6a33d39d48f9f510de147651316cd9d918e09ad0219df734a2f16b6baccacc4  tok/test_2016_
 5b7f32627cf99eced828311b955dae9800bb52bc8b91cf8b6526829e605b29d2  tok/test_2016_flickr.lc.norm.tok.en
 1463bd5960f9bfe098ec3cd752d3df0c49c84dc646fb518964a29232658cd836  tok/test_2016_flickr.lc.norm.tok.fr
 748c8816de928732365176e5c5d2f9bbabcec9b8d4448fba2d230feb057898a7  tok/test_2016_flickr.lc.norm.tok.cs
-"""
+"""  # noqa: E501
 
 _TATOEBA_ZH_EN_SHA256SUMS = """
 98109636fb2bea5a5a163b4d98c386169e3c034f529b7fb727ae43f16b0522f1  train.en.gz
@@ -83,7 +82,10 @@ MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/t
 
 
 def _multi30k_url(rel: str) -> str:
-    """Map the local layout (`{split}.{lang}.gz`, `tok/...`) to the repository's `raw/` and `tok/` folders."""
+    """Map the local layout (`{split}.{lang}.gz`, `tok/...`) to the repository's folders.
+
+    `{split}.{lang}.gz` is under `raw/`, `tok/...` under `tok/`.
+    """
     return MULTI30K_URL + (rel if rel.startswith("tok/") else f"raw/{rel}")
 
 
@@ -92,8 +94,8 @@ MULTI30K = NamedCorpus(
     splits=("train", "val", "test_2016_flickr"),
     langs=("de", "en", "fr", "cs"),
     url=_multi30k_url,
-    source="Multi30k task 1 (Elliott et al., 2016), https://github.com/multi30k/dataset; captions derived "
-    "from Flickr30k, see the repository for the terms of use",
+    source="Multi30k task 1 (Elliott et al., 2016), https://github.com/multi30k/dataset; "
+    "captions derived from Flickr30k, see the repository for the terms of use",
     tok_splits=("val", "test_2016_flickr"),
     sha256=_parse_sha256sums(_MULTI30K_SHA256SUMS),
 )
@@ -103,8 +105,9 @@ TATOEBA_ZH_EN = NamedCorpus(
     splits=("train", "valid", "test"),
     langs=("en", "zh"),
     url=None,
-    source="English-Chinese pairs from Tatoeba (tatoeba.org, the cmn.txt collection), licensed CC-BY 2.0 FR; "
-    "the {split}.attribution.gz files name the sentences' authors and must be kept with any copy",
+    source="English-Chinese pairs from Tatoeba (tatoeba.org, the cmn.txt collection), "
+    "licensed CC-BY 2.0 FR; the {split}.attribution.gz files name the sentences' authors and "
+    "must be kept with any copy",
     companions=("attribution",),
     sha256=_parse_sha256sums(_TATOEBA_ZH_EN_SHA256SUMS),
 )
@@ -118,7 +121,7 @@ def cache_dir() -> Path:
 
 
 def resolve_data_dir(data_dir: StrPath | None = None) -> Path:
-    """The folder holding named corpora: `data_dir`, else `$QKV_DATA_DIR`, else `<cache_dir>/data`."""
+    """The named corpora's folder: `data_dir`, else `$QKV_DATA_DIR`, else `<cache_dir>/data`."""
     if data_dir is not None:
         return Path(data_dir).expanduser()
     if env := os.environ.get("QKV_DATA_DIR"):
@@ -141,9 +144,10 @@ def named_paths(
     data_dir: StrPath | None = None,
     download: bool = False,
 ) -> tuple[Path, Path]:
-    """The (source, target) files of one split of a named corpus, downloaded first if asked and missing.
+    """The (source, target) files of one split of a named corpus.
 
-    The split's companion files (e.g. Tatoeba's attributions) must be present too.
+    Downloaded first if asked for and missing. The split's companion files (e.g. Tatoeba's
+    attributions) must be present too.
     """
     corpus = get_corpus(name)
     _check_choice(corpus, "split", split, corpus.splits)
@@ -182,7 +186,10 @@ def load_named(
 def tokenized_reference_path(
     name: str, split: str, lang: str, data_dir: StrPath | None = None, download: bool = False
 ) -> Path:
-    """The official lowercased, Moses-tokenized reference of a split, on which published BLEU is computed."""
+    """The official lowercased, Moses-tokenized reference of a split.
+
+    Published BLEU scores are computed on it.
+    """
     corpus = get_corpus(name)
     if split not in corpus.tok_splits:
         available = ", ".join(corpus.tok_splits) or "none"
@@ -213,7 +220,7 @@ def verify(name: str, data_dir: StrPath | None = None) -> list[Path]:
 
 
 def download(url: str, dest: StrPath, sha256: str) -> Path:
-    """Download `url` to `dest`, checking its sha256; `dest` appears only once complete and verified.
+    """Download `url` to `dest`, checking its sha256; `dest` appears once complete and verified.
 
     The data is streamed to a temporary file next to `dest`, then moved into place atomically.
     """
@@ -245,14 +252,18 @@ def _check_choice(corpus: NamedCorpus, what: str, value: str, valid: tuple[str, 
 
 
 def _local_file(corpus: NamedCorpus, root: Path, rel: str, fetch: bool) -> Path:
-    """`root/rel`, downloaded first when missing and `fetch` is set; a DataError saying what to do if not."""
+    """`root/rel`, downloaded first when missing and `fetch` is set.
+
+    Otherwise a missing file raises a DataError that says what to do.
+    """
     path = root / rel
     if path.is_file():
         return path
     if corpus.url is None:
         raise DataError(
-            f"{path} not found, and {corpus.name} cannot be downloaded by qkv. Obtain it ({corpus.source}), "
-            f"then pass --data-dir DIR or set QKV_DATA_DIR to the folder that holds {corpus.name}/."
+            f"{path} not found, and {corpus.name} cannot be downloaded by qkv. "
+            f"Obtain it ({corpus.source}), then pass --data-dir DIR or set QKV_DATA_DIR to the "
+            f"folder that holds {corpus.name}/."
         )
     if not fetch:
         raise DataError(

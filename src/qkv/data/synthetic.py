@@ -1,11 +1,11 @@
-"""A synthetic translation task made by code: numbers written in digits -> the same numbers in words.
+"""A synthetic translation task made by code: numbers in digits -> the same numbers in words.
 
     source: "4 0 5 2"   ->   target (en): "four thousand fifty-two"
                              target (zh): "四千零五十二"
 
-It needs no download and is learnable in minutes on a CPU, yet it has what makes translation more than a
-lookup table: words that depend on context (the "1" of "1 5" becomes "fifteen"), words with no source
-counterpart ("thousand", 万, 零), and outputs longer than their inputs.
+It needs no download and is learnable in minutes on a CPU, yet it has what makes translation more
+than a lookup table: words that depend on context (the "1" of "1 5" becomes "fifteen"), words with
+no source counterpart ("thousand", 万, 零), and outputs longer than their inputs.
 Digits are separated by spaces so that even a tiny subword vocabulary sees one token per digit.
 """
 
@@ -68,7 +68,7 @@ def number_to_english(n: int) -> str:
 
 
 def _chinese_below_10000(n: int) -> str:
-    """1..9999 in Chinese, with one 零 for each run of inner zeros: 1001 -> 一千零一, 1010 -> 一千零一十."""
+    """1..9999 in Chinese, one 零 per run of inner zeros: 1001 -> 一千零一, 1010 -> 一千零一十."""
     out = []
     zero_pending = False
     for digit, unit in zip(f"{n:04d}", ("千", "百", "十", ""), strict=True):
@@ -81,12 +81,12 @@ def _chinese_below_10000(n: int) -> str:
 
 
 def number_to_chinese(n: int) -> str:
-    """Spell 0..999_999_999 in Chinese numerals, e.g. 4052 -> "四千零五十二", 100010 -> "十万零一十".
+    """Spell 0..999_999_999 in Chinese numerals: 4052 -> "四千零五十二", 100010 -> "十万零一十".
 
     Digits are grouped by four (亿, 万, units). A 零 marks skipped places between groups too
     (10010 -> 一万零一十, 100000001 -> 一亿零一), and a leading 一十 is said 十
-    (15 -> 十五, 150000 -> 十五万).
-    2 is always 二 (二千, 二万), the form used when reading digits aloud; speech often says 两 instead.
+    (15 -> 十五, 150000 -> 十五万). 2 is always 二 (二千, 二万), the form used when reading
+    digits aloud; speech often says 两 instead.
     """
     _check_range(n)
     if n == 0:
@@ -109,7 +109,7 @@ SPELLERS = {"en": number_to_english, "zh": number_to_chinese}
 
 
 def _sample_numbers(rng: random.Random, n: int, max_value: int, unique: bool) -> list[int]:
-    """Draw n numbers in 0..max_value: a digit count uniformly at random, then a number with that many digits.
+    """Draw n numbers in 0..max_value: a digit count uniformly at random, then a number that long.
 
     Uniform sampling would make nearly every number as long as max_value; this way short numbers are
     as common as long ones. With `unique`, exhausted digit counts drop out of the draw.
@@ -153,7 +153,7 @@ def synthetic_corpus(
 def synthetic_splits(
     seed: int, n_train: int, n_valid: int, n_test: int, target: str = "en", max_value: int = 999_999
 ) -> tuple[ParallelCorpus, ParallelCorpus, ParallelCorpus]:
-    """Disjoint (train, valid, test) synthetic corpora: no number appears twice, within or across splits."""
+    """Disjoint (train, valid, test) synthetic corpora: a number appears once across all splits."""
     corpus = synthetic_corpus(n_train + n_valid + n_test, seed, target, max_value, unique=True)
 
     def part(start: int, stop: int) -> ParallelCorpus:

@@ -1,4 +1,5 @@
-"""Decoding: greedy, beam search and sampling over ids (`search`), and text in, text out (`Translator`)."""
+"""Decoding algorithms over ids: greedy, beam search and sampling (`search`), ensembles,
+and the decoding options as one value (`DecodeOptions`)."""
 
 from .search import (
     Hypothesis,

@@ -1,13 +1,14 @@
 """Several trained encoder-decoders decoding as one: an ensemble (e.g. Sennrich et al., 2016).
 
-At every step each member predicts the next token from its own encoding of the source and its own cache, and
-the ensemble's distribution is the mean of the members' probabilities,
+At every step each member predicts the next token from its own encoding of the source and its own
+cache, and the ensemble's distribution is the mean of the members' probabilities,
 
     P(y_t | y_<t, x) = 1/M * sum_m P_m(y_t | y_<t, x),
 
-so `greedy`, `beam_search` and `sample` run on an `Ensemble` unchanged. The members must share the vocabulary
-(the same tokenizer); their shapes may differ. The searches handle the memory as one tensor, so the members'
-memories are laid side by side along the feature axis: (B, S, D_1 + ... + D_M).
+so `greedy`, `beam_search` and `sample` run on an `Ensemble` unchanged. The members must share the
+vocabulary (the same tokenizer); their shapes may differ. The searches handle the memory as one
+tensor, so the members' memories are laid side by side along the feature axis:
+(B, S, D_1 + ... + D_M).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class EnsembleCache:
 
 
 class Ensemble(nn.Module):
-    """Encoder-decoder Transformers over one vocabulary, whose next-token probabilities are averaged."""
+    """Encoder-decoder Transformers over one vocabulary, their next-token probabilities averaged."""
 
     def __init__(self, members: list[Transformer]) -> None:
         super().__init__()
@@ -75,16 +76,20 @@ class Ensemble(nn.Module):
         memory_mask: Tensor | None = None,
         cache: EnsembleCache | None = None,
     ) -> Tensor:
-        """tgt_ids (R, T) -> log of the mean of the members' next-token probabilities (R, T, V), normalized
-        (a log-softmax of it changes nothing). memory as `encode` returns it; cache from `new_cache`."""
+        """tgt_ids (R, T) -> log of the mean of the members' next-token probabilities (R, T, V).
+
+        The result is normalized (a log-softmax of it changes nothing). memory as `encode` returns
+        it; cache from `new_cache`.
+        """
         memories = memory.split(self.widths, dim=-1)
         caches = [None] * len(self.members) if cache is None else cache.members
+        # (M, R, T, V)
         logp = torch.stack(
             [
                 F.log_softmax(m.decode(tgt_ids, mem, memory_mask, c).float(), dim=-1)
                 for m, mem, c in zip(self.members, memories, caches, strict=True)
             ]
-        )  # (M, R, T, V)
+        )
         return torch.logsumexp(logp, dim=0) - math.log(len(self.members))
 
     def new_cache(self, capacity: int = 64) -> EnsembleCache:

@@ -2,12 +2,16 @@
 
 `Transformer`, `DecoderOnly` and `Ensemble` implement it, so the searches hold no type branches:
 
-    memory = model.encode(src, src_mask)      # (B, S, D) once per source; None: no encoder (decoder-only),
-                                              # and the output continues `src` itself (a prompt)
-    logits = model.decode(ids, memory, src_mask, cache)   # ids (R, T) -> (R, T, V); R = g * B rows, the g
-                                              # rows of a source consecutive (beam search's hypotheses)
-    cache = model.new_cache(capacity)         # the explicit incremental state; reorder(rows, sources)
-    model.max_target_positions()              # the most target positions it can place (None: no limit)
+    # (B, S, D), once per source; None: no encoder (decoder-only), and the output continues `src`
+    # itself (a prompt)
+    memory = model.encode(src, src_mask)
+    # ids (R, T) -> (R, T, V); R = g * B rows, the g rows of a source consecutive (beam search's
+    # hypotheses)
+    logits = model.decode(ids, memory, src_mask, cache)
+    # the explicit incremental state; reorder(rows, sources)
+    cache = model.new_cache(capacity)
+    # the most target positions it can place (None: no limit)
+    model.max_target_positions()
 """
 
 from __future__ import annotations

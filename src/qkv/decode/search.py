@@ -1,7 +1,7 @@
-"""Search over a model's next-token distribution: greedy decoding, beam search and sampling. Ids in, ids out.
+"""Search over a model's next-token distribution: greedy, beam search and sampling. Ids in, ids out.
 
-Every function takes a model in eval mode (any `decode.interface.Decodable`) and a batch of inputs, and
-returns one result per row:
+Every function takes a model in eval mode (any `decode.interface.Decodable`) and a batch of inputs,
+and returns one result per row:
 
     with an encoder (Transformer, Ensemble):
                   src (B, S) source ids, each ending with eos, right-padded with pad;
@@ -10,26 +10,28 @@ returns one result per row:
                   src (B, P) prompt ids, all rows of the same length (no padding mask);
                   the output starts from [bos] + prompt and only the new tokens are returned.
 
-The loop is the one of the paper's inference: encode the source once, then feed one token at a time to
-`model.decode(step_ids (R, 1), memory, memory_mask, cache)`, whose `DecoderCache` keeps the self-attention
-keys/values of the prefix and the cross-attention keys/values of the memory (computed at the first step).
-The memory keeps one row per sentence: the beams of a sentence are consecutive rows that share it.
-`cache.reorder(rows, sources)` follows beam search's back-pointers and also drops the rows of finished
-sentences, so a finished sentence costs nothing. With `use_cache=False` every step recomputes the whole prefix;
-the cache is a pure speed-up and both give the same ids.
+The loop is the one of the paper's inference: encode the source once, then feed one token at a time
+to `model.decode(step_ids (R, 1), memory, memory_mask, cache)`, whose `DecoderCache` keeps the
+self-attention keys/values of the prefix and the cross-attention keys/values of the memory (computed
+at the first step). The memory keeps one row per sentence: the beams of a sentence are consecutive
+rows that share it. `cache.reorder(rows, sources)` follows beam search's back-pointers and also
+drops the rows of finished sentences, so a finished sentence costs nothing. With `use_cache=False`
+every step recomputes the whole prefix; the cache is a pure speed-up and both give the same ids.
 
 Conventions shared by all searches:
 * Returned tokens are the ids after bos up to eos, eos excluded. Pad and bos are never generated.
-* Lengths count generated tokens without eos: eos is forbidden before `min_len` and forced at `max_len`
-  (default: source length + 50, the length of `src` rows counting their eos; for a decoder-only model,
-  50 new tokens). `model.max_target_positions()` caps `max_len` so that every position can be placed.
-* `logprob` is log P(tokens + eos | input) under the model (natural log, sum over the steps); the score
-  applies GNMT's length penalty (Wu et al., 2016), as "length penalty alpha" in the paper's section 6.1:
+* Lengths count generated tokens without eos: eos is forbidden before `min_len` and forced at
+  `max_len` (default: source length + 50, the length of `src` rows counting their eos; for a
+  decoder-only model, 50 new tokens). `model.max_target_positions()` caps `max_len` so that every
+  position can be placed.
+* `logprob` is log P(tokens + eos | input) under the model (natural log, sum over the steps); the
+  score applies GNMT's length penalty (Wu et al., 2016), as "length penalty alpha" in the paper's
+  section 6.1:
 
-      score = logprob / lp(L),    lp(L) = ((5 + L) / 6) ** alpha,    L = len(tokens) + 1 (eos counted)
+      score = logprob / lp(L),    lp(L) = ((5 + L) / 6) ** alpha,    L = len(tokens) + 1 (with eos)
 
 Results do not depend on the batch: each row's computation is independent of the other rows (up to
-floating-point rounding in batched matrix products), sentences leave the batch as soon as they finish.
+floating-point rounding in batched matrix products), and sentences leave the batch once finished.
 """
 
 from __future__ import annotations
@@ -47,14 +49,13 @@ from ..model import Transformer
 from ..model.masks import padding_mask
 from .interface import Decodable
 
-DEFAULT_MAX_LEN_B = (
-    50  # maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
-)
+# maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
+DEFAULT_MAX_LEN_B = 50
 
 
 @dataclass
 class Hypothesis:
-    """One output sequence: generated ids (eos excluded), log P(tokens + eos), and the penalized score."""
+    """One output sequence: generated ids (eos excluded), log P(tokens + eos), penalized score."""
 
     tokens: list[int]
     logprob: float
@@ -69,10 +70,10 @@ def length_penalty(length: int, alpha: float) -> float:
 def max_lengths(
     model: Decodable, src: Tensor, max_len: int | Tensor | None, memory: Tensor | None
 ) -> Tensor:
-    """Per-row maximum number of generated tokens (eos not counted): (B,) LongTensor on src's device.
+    """Per-row cap on generated tokens (eos not counted): (B,) LongTensor on src's device.
 
-    None means source length + 50 with an encoder (length = non-pad ids of `src`, eos included) and 50
-    without one. The model's `max_target_positions` caps it so that every position can be placed.
+    None means source length + 50 with an encoder (length = non-pad ids of `src`, eos included) and
+    50 without one. The model's `max_target_positions` caps it so that every position can be placed.
     """
     cfg = model.config
     B = src.size(0)
@@ -92,7 +93,7 @@ def max_lengths(
 
 
 class _Rows:
-    """The rows being decoded: their prefixes, the model state for them, and the next-token log-probs."""
+    """The rows being decoded: their prefixes, their model state, and the next-token log-probs."""
 
     def __init__(
         self, model: Decodable, src: Tensor, use_cache: bool, max_len: int | Tensor | None
@@ -103,7 +104,8 @@ class _Rows:
         self.model = model
         bos = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
         self.memory_mask: Tensor | None = padding_mask(src, cfg.pad_id)  # (B, 1, 1, S)
-        # (B, S, D): one row per sentence, shared by its R / B rows; None: src is a prompt to continue
+        # (B, S, D): one row per sentence, shared by its R / B rows;
+        # None: src is a prompt to continue
         self.memory = model.encode(src, self.memory_mask)
         if self.memory is None:
             if (src == cfg.pad_id).any():
@@ -114,7 +116,7 @@ class _Rows:
             self.ys = bos  # (R, 1)
         self.limit = max_lengths(model, src, max_len, self.memory)  # (B,)
         self.start = self.ys.size(1)  # generated tokens begin at this column
-        # the decoder is fed at most start + max_len positions (the last token, eos, is not fed back)
+        # the decoder is fed at most start + max_len positions: the last token, eos, is not fed back
         longest = int(self.limit.max())
         self.cache = model.new_cache(capacity=self.start + longest) if use_cache else None
 
@@ -151,7 +153,8 @@ def _constrain(
 ) -> Tensor:
     """Forbid pad and bos; forbid eos before min_len; allow only eos once a row reaches max_len.
 
-    logp (R, V) is changed in place and returned; max_len (R,). A forced eos keeps its model log-prob.
+    logp (R, V) is changed in place and returned; max_len (R,). A forced eos keeps its model
+    log-prob.
     """
     eos_logp = logp[:, cfg.eos_id].clone()  # (R,)
     logp[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")
@@ -173,7 +176,7 @@ def _single_path(
     alpha: float,
     use_cache: bool,
 ) -> list[Hypothesis]:
-    """Decode one hypothesis per row, `pick` choosing each next token from the log-probs (R, V) -> (R,)."""
+    """Decode one hypothesis per row; `pick` chooses each next token: log-probs (R, V) -> (R,)."""
     if src.size(0) == 0:
         return []
     rows = _Rows(model, src, use_cache, max_len)
@@ -214,7 +217,10 @@ def greedy(
     alpha: float = 0.6,
     use_cache: bool = True,
 ) -> list[Hypothesis]:
-    """The most probable token at every step. src (B, S) -> B hypotheses (score with length penalty alpha)."""
+    """The most probable token at every step. src (B, S) -> B hypotheses.
+
+    Scores use the length penalty `alpha`.
+    """
     return _single_path(
         model, src, lambda logp: logp.argmax(-1), max_len, min_len, alpha, use_cache
     )
@@ -223,11 +229,11 @@ def greedy(
 def filter_logits(
     logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
 ) -> Tensor:
-    """logits (R, V) / temperature, with -inf outside the top_k tokens and outside the top_p nucleus.
+    """logits (R, V) / temperature, -inf outside the top_k tokens and outside the top_p nucleus.
 
-    top_k: keep the k most probable tokens (0: all; ties with the k-th are kept). top_p: keep the smallest
-    set of most probable tokens whose probability mass reaches top_p (Holtzman et al., 2020; 1.0: all),
-    measured on the distribution left by top_k.
+    top_k: keep the k most probable tokens (0: all; ties with the k-th are kept). top_p: keep the
+    smallest set of most probable tokens whose probability mass reaches top_p (Holtzman et al.,
+    2020; 1.0: all), measured on the distribution left by top_k.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -240,13 +246,11 @@ def filter_logits(
     if top_p < 1:
         sorted_logits, order = logits.sort(dim=-1, descending=True)  # (R, V)
         probs = sorted_logits.softmax(dim=-1)
-        mass_before = F.pad(
-            probs.cumsum(dim=-1)[:, :-1], (1, 0)
-        )  # mass of the tokens ranked higher
+        # mass of the tokens ranked higher
+        mass_before = F.pad(probs.cumsum(dim=-1)[:, :-1], (1, 0))
         drop_sorted = mass_before >= top_p  # the nucleus already holds top_p without this token
-        drop = torch.zeros_like(drop_sorted).scatter(
-            1, order, drop_sorted
-        )  # back to vocabulary order
+        # back to vocabulary order
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
 
@@ -264,10 +268,11 @@ def sample(
     alpha: float = 0.6,
     use_cache: bool = True,
 ) -> list[Hypothesis]:
-    """Draw each next token from the model's distribution, reshaped by `filter_logits`. src (B, S) -> B hyps.
+    """Draw each next token from the model's distribution, reshaped by `filter_logits`.
 
-    The draws come from a `torch.Generator` seeded with `seed`, so a seed fixes the output for a given
-    batch. The returned logprob and score are those of the unfiltered model distribution.
+    src (B, S) -> B hypotheses. The draws come from a `torch.Generator` seeded with `seed`, so a
+    seed fixes the output for a given batch. The returned logprob and score are those of the
+    unfiltered model distribution.
     """
     generator = torch.Generator(device=src.device).manual_seed(seed)
 
@@ -279,24 +284,23 @@ def sample(
 
 
 def _in_place_order(parent: Tensor) -> Tensor:
-    """An order of each sentence's n continuing hypotheses in its n beam slots that leaves as many as possible in
-    the slot of the hypothesis they extend, so that the cache reorder copies only the rest.
+    """An order of each sentence's n continuing hypotheses in its n beam slots that leaves as many
+    as possible in the slot of the hypothesis they extend, so that the cache reorder copies only the
+    rest.
 
-    parent (Ba, n): the slot each hypothesis extends, hypotheses by rank. The first-ranked child of each parent
-    takes its parent's slot; the other children fill the slots of parents without children, in rank order.
-    Returns (Ba, n): for each slot, the rank of the hypothesis it holds.
+    parent (Ba, n): the slot each hypothesis extends, hypotheses by rank. The first-ranked child of
+    each parent takes its parent's slot; the other children fill the slots of parents without
+    children, in rank order. Returns (Ba, n): for each slot, the rank of the hypothesis it holds.
     """
     n = parent.size(1)
     per_parent = F.one_hot(parent, n)  # (Ba, n hyps, n slots)
-    first = (
-        per_parent.cumsum(dim=1).gather(2, parent[:, :, None]).squeeze(2) == 1
-    )  # (Ba, n) first child
+    # (Ba, n) first child
+    first = per_parent.cumsum(dim=1).gather(2, parent[:, :, None]).squeeze(2) == 1
     taken = (per_parent * first[:, :, None]).sum(dim=1) > 0  # (Ba, n slots) held by a first child
     free = taken.to(torch.uint8).argsort(dim=1, stable=True)  # free slots first, in order
     later = first.to(torch.uint8).argsort(dim=1, stable=True)  # later children first, by rank
-    slot = torch.where(
-        first, parent, torch.empty_like(parent).scatter_(1, later, free)
-    )  # (Ba, n) slot of each
+    # (Ba, n) slot of each
+    slot = torch.where(first, parent, torch.empty_like(parent).scatter_(1, later, free))
     return torch.empty_like(slot).scatter_(
         1, slot, torch.arange(n, device=slot.device).expand_as(slot)
     )
@@ -313,17 +317,18 @@ def beam_search(
     min_len: int = 0,
     use_cache: bool = True,
 ) -> list[list[Hypothesis]]:
-    """Beam search. src (B, S) -> for each row, its `nbest` best finished hypotheses, best score first.
+    """Beam search. src (B, S) -> for each row, its `nbest` best finished hypotheses, best first.
 
-    Each step extends every alive hypothesis of a sentence by every token and ranks the candidates by
-    their summed log-prob; of the 2 * beam best, those ending in eos among the first `beam` are finished
-    (scored with the length penalty and kept), and the `beam` best that do not end go on. A sentence is
-    done at its maximum length (where eos is forced), or once it has `beam` finished hypotheses and its
-    best alive hypothesis, scored as if it ended now, no longer beats the beam-th best finished one.
-    (Stopping at `beam` finished hypotheses alone, as fairseq does, lets early low-scoring endings fill
-    the quota and cut off a better hypothesis that is still growing.) Because an eos is accepted only from
-    the first `beam` candidates and the alive hypothesis is compared at the same length, beam 1 is exactly
-    greedy decoding, ids and score. The returned list of a sentence is sorted by score; at most `nbest`.
+    Each step extends every alive hypothesis of a sentence by every token and ranks the candidates
+    by their summed log-prob; of the 2 * beam best, those ending in eos among the first `beam` are
+    finished (scored with the length penalty and kept), and the `beam` best that do not end go on.
+    A sentence is done at its maximum length (where eos is forced), or once it has `beam` finished
+    hypotheses and its best alive hypothesis, scored as if it ended now, no longer beats the
+    beam-th best finished one. (Stopping at `beam` finished hypotheses alone, as fairseq does, lets
+    early low-scoring endings fill the quota and cut off a better hypothesis that is still growing.)
+    Because an eos is accepted only from the first `beam` candidates and the alive hypothesis is
+    compared at the same length, beam 1 is exactly greedy decoding, ids and score. The returned list
+    of a sentence is sorted by score; at most `nbest`.
     """
     if beam < 1 or not 1 <= nbest <= beam:
         raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
@@ -334,13 +339,11 @@ def beam_search(
     eos = rows.cfg.eos_id
     device = src.device
     sentence = torch.arange(src.size(0), device=device)  # (Ba,) input row of each alive sentence
-    scores = torch.zeros(
-        src.size(0), 1, device=device
-    )  # (Ba, n) summed log-probs of the alive hypotheses
+    # (Ba, n) summed log-probs of the alive hypotheses
+    scores = torch.zeros(src.size(0), 1, device=device)
     n_finished = torch.zeros(src.size(0), dtype=torch.long, device=device)  # (Ba,)
-    kth_best = torch.full(
-        (src.size(0),), float("-inf"), device=device
-    )  # (Ba,) beam-th best finished score
+    # (Ba,) beam-th best finished score
+    kth_best = torch.full((src.size(0),), float("-inf"), device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     for step in range(int(limit.max()) + 1):
         Ba, n = scores.shape  # n = 1 at the first step (bos only), then beam
@@ -350,9 +353,8 @@ def beam_search(
         V = logp.size(-1)
         candidates = (scores[:, :, None] + logp.view(Ba, n, V)).view(Ba, n * V)  # (Ba, n V)
         top, index = candidates.topk(min(2 * beam, n * V), dim=1)  # (Ba, C), best first
-        origin = (
-            torch.arange(Ba, device=device)[:, None] * n + index // V
-        )  # (Ba, C) row being extended
+        # (Ba, C) row being extended
+        origin = torch.arange(Ba, device=device)[:, None] * n + index // V
         tokens = index % V  # (Ba, C)
         is_eos = tokens == eos
         ends = is_eos[:, :beam] & top[:, :beam].isfinite()  # (Ba, beam) hypotheses finished now
@@ -367,20 +369,16 @@ def beam_search(
                 hyps = finished[int(sentence[row])]
                 if len(hyps) >= beam:
                     kth_best[row] = sorted((h.score for h in hyps), reverse=True)[beam - 1]
-        go_on = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[
-            :, :beam
-        ]  # first `beam` non-eos, by rank
+        # first `beam` non-eos, by rank
+        go_on = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :beam]
         if n == beam:  # in the slots that keep the cache rows they extend, where possible
             go_on = go_on.gather(1, _in_place_order(index.gather(1, go_on) // V))
-        scores, origin, tokens = (
-            top.gather(1, go_on),
-            origin.gather(1, go_on),
-            tokens.gather(1, go_on),
-        )
+        scores = top.gather(1, go_on)
+        origin = origin.gather(1, go_on)
+        tokens = tokens.gather(1, go_on)
         best = scores.max(dim=1).values  # (Ba,) the alive hypotheses are in slot order, not by rank
-        can_win = (
-            best / length_penalty(step + 1, alpha) > kth_best
-        )  # best alive, scored at this length
+        # best alive, scored at this length
+        can_win = best / length_penalty(step + 1, alpha) > kth_best
         alive = ((n_finished < beam) | can_win) & (step < limit[sentence])  # (Ba,)
         keep = None  # every sentence goes on: beams only move within their sentence
         if not alive.all():
@@ -396,17 +394,17 @@ def beam_search(
 
 @torch.inference_mode()
 def cross_attention(model: Transformer, src: Tensor, outputs: list[list[int]]) -> list[Tensor]:
-    """The last decoder layer's cross-attention, averaged over heads, for given outputs (teacher forcing).
+    """The last decoder layer's cross-attention, averaged over heads, for given outputs.
 
-    src (B, S); outputs: B lists of generated ids (eos excluded). Returns B tensors (T, S_i): row t is the
-    query that predicted output token t (the last row predicted eos), T = len(tokens) + 1, and S_i the
-    source length of row i with its eos. Recomputing with a full forward pass keeps decoding itself on the
-    fast path, and gives the same weights as the incremental decoder.
+    Computed with teacher forcing. src (B, S); outputs: B lists of generated ids (eos excluded).
+    Returns B tensors (T, S_i): row t is the query that predicted output token t (the last row
+    predicted eos), T = len(tokens) + 1, and S_i the source length of row i with its eos.
+    Recomputing with a full forward pass keeps decoding itself on the fast path, and gives the same
+    weights as the incremental decoder.
     """
     cfg = model.config
-    tgt = pad_sequences([[cfg.bos_id, *toks] for toks in outputs], cfg.pad_id).to(
-        src.device
-    )  # (B, T)
+    tgt = pad_sequences([[cfg.bos_id, *toks] for toks in outputs], cfg.pad_id)  # (B, T)
+    tgt = tgt.to(src.device)
     mask = padding_mask(src, cfg.pad_id)
     _, weights = model.decoder(tgt, model.encode(src, mask), mask, need_weights=True)
     last = weights[-1]

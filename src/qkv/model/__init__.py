@@ -1,5 +1,7 @@
-"""The Transformer in plain PyTorch: every piece of the paper as a small module. Imports nothing else of qkv
-except the config."""
+"""The Transformer in plain PyTorch: every piece of the paper as a small module.
+
+Imports nothing else of qkv except the config.
+"""
 
 from .attention import (
     AdditiveScore,

@@ -1,26 +1,27 @@
-"""Attention: score functions, the scaled dot-product attention of the paper, and multi-head attention.
+"""Attention: score functions, the paper's scaled dot-product attention, and multi-head attention.
 
     Attention(Q, K, V) = softmax(score(Q, K) + bias) V                  score: (B, H, T_q, T_k)
     scaled dot-product:  score = Q K^T / sqrt(d_k)                      (paper eq. 1, the default)
     dot-product:         score = Q K^T                                  (Luong)
     additive:            score = v^T tanh(W_q q + W_k k)                (Bahdanau)
     bilinear:            score = Q W K^T                                (Luong "general")
-    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O
+    head_i             = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
-Every score is divided by an optional temperature. Masks follow `masks.py` (bool, True = may attend).
+Every score is divided by an optional temperature. Masks follow `masks.py` (bool, True = may
+attend).
 
-Equation 1 is written out once, in `softmax_attention` (readable, returns the weights). Its drop-in twin is
-PyTorch's fused `F.scaled_dot_product_attention`, used by `MultiHeadedAttention` for the dot-product
-scores whenever the weights are not asked for (`fused = True`, nanoGPT's `flash` switch; set it to False
-to run the readable path everywhere). `per_head_attention` is the literal reference: one head at a time.
-Faster kernels for decoding (few queries per row, beams sharing a memory row) live in
-`qkv.runtime.attention` and are swapped in from outside by `qkv.runtime.prepare`.
+Equation 1 is written out once, in `softmax_attention` (readable, returns the weights). Its drop-in
+twin is PyTorch's fused `F.scaled_dot_product_attention`, used by `MultiHeadedAttention` for the
+dot-product scores whenever the weights are not asked for (`fused = True`, nanoGPT's `flash` switch;
+set it to False to run the readable path everywhere). `per_head_attention` is the literal reference:
+one head at a time. Faster kernels for decoding (few queries per row, beams sharing a memory row)
+live in `qkv.runtime.attention` and are swapped in from outside by `qkv.runtime.prepare`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -39,15 +40,15 @@ def softmax_attention(
 ) -> tuple[Tensor, Tensor]:
     """softmax(scores + bias) V with masked keys removed.
 
-    scores (B, H, T_q, T_k), v (B, H, T_k, Dv), mask/bias broadcast to the scores. Returns the output
-    (B, H, T_q, Dv) and the weights (B, H, T_q, T_k). A row whose keys are all masked gets zero weights.
+    scores (B, H, T_q, T_k), v (B, H, T_k, Dv), mask/bias broadcast to the scores. Returns the
+    output (B, H, T_q, Dv) and the weights (B, H, T_q, T_k). A row whose keys are all masked gets
+    zero weights.
     """
     if bias is not None:
         scores = scores + bias
     if mask is not None:
-        scores = scores.masked_fill(
-            ~mask, torch.finfo(scores.dtype).min
-        )  # finite: no NaN, even in grads
+        # finite: no NaN, even in grads
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1)
     if mask is not None:
         weights = weights * mask  # zero rows where nothing may be attended (as F.sdpa does)
@@ -59,13 +60,16 @@ def softmax_attention(
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    """The paper's equation, written out: softmax(Q K^T / sqrt(d_k)) V. q (..., T_q, d_k) -> (..., T_q, d_v)."""
+    """The paper's equation, written out: softmax(Q K^T / sqrt(d_k)) V.
+
+    q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v) -> (..., T_q, d_v).
+    """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     return softmax_attention(scores, v, mask, bias)
 
 
 class DotProductScore(nn.Module):
-    """score = Q K^T * scale; scale = 1/sqrt(d_k) is the paper's scaled dot product, 1 the plain one."""
+    """score = Q K^T * scale: 1/sqrt(d_k) is the paper's scaled dot product, 1 the plain one."""
 
     def __init__(self, scale: float) -> None:
         super().__init__()
@@ -121,15 +125,17 @@ def make_score(kind: str, n_heads: int, d_head: int) -> nn.Module:
 class MultiHeadedAttention(nn.Module):
     """Multi-head attention with fused projections and heads split by reshape.
 
-    Self-attention: `in_proj` stacks [W^Q; W^K; W^V] (the layout of `nn.MultiheadAttention.in_proj_weight`),
-    one matmul for all three. Cross-attention (`cross=True`) reads two inputs, so it has `q_proj` (W^Q, for
-    the target) and `kv_proj` ([W^K; W^V], for the memory, computed once per source when decoding). Every
-    projection is a plain `nn.Linear` module, so module-level tools (dynamic int8 quantization) apply.
-    With n_kv_heads < n_heads, groups of query heads share a key/value head (grouped-query attention;
+    Self-attention: `in_proj` stacks [W^Q; W^K; W^V] (the layout of
+    `nn.MultiheadAttention.in_proj_weight`), one matmul for all three. Cross-attention
+    (`cross=True`) reads two inputs, so it has `q_proj` (W^Q, for the target) and `kv_proj`
+    ([W^K; W^V], for the memory, computed once per source when decoding). Every projection is a
+    plain `nn.Linear` module, so module-level tools (dynamic int8 quantization) apply. With
+    n_kv_heads < n_heads, groups of query heads share a key/value head (grouped-query attention;
     n_kv_heads = 1 is multi-query attention).
 
-    `fused`: the dot-product scores run through `F.scaled_dot_product_attention` unless the weights are
-    requested; False (or another score) runs the readable `softmax_attention`. Same result either way.
+    `fused`: the dot-product scores run through `F.scaled_dot_product_attention` unless the weights
+    are requested; False (or another score) runs the readable `softmax_attention`. Same result
+    either way.
     """
 
     def __init__(
@@ -164,16 +170,18 @@ class MultiHeadedAttention(nn.Module):
         self.score = make_score(score, n_heads, self.d_head)
         self.temperature = temperature
         self.dropout = nn.Dropout(dropout)
-        self.fused = isinstance(
-            self.score, DotProductScore
-        )  # the fused kernel computes exactly this
+        # the fused kernel computes exactly this
+        self.fused = isinstance(self.score, DotProductScore)
 
     def _heads(self, x: Tensor, n: int) -> Tensor:
         B, T, _ = x.shape
         return x.view(B, T, n, self.d_head).transpose(1, 2)  # (B, T, n*Dh) -> (B, n, T, Dh)
 
     def project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention projections in one matmul: x (B, T, D) -> q (B, H, T, Dh), k, v (B, H_kv, T, Dh)."""
+        """Self-attention projections in one matmul.
+
+        x (B, T, D) -> q (B, H, T, Dh), k and v (B, H_kv, T, Dh).
+        """
         q, k, v = self.in_proj(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
         return (
             self._heads(q, self.n_heads),
@@ -186,7 +194,7 @@ class MultiHeadedAttention(nn.Module):
         return self._heads(self.q_proj(query), self.n_heads)
 
     def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of the memory (B, S, D) -> 2 x (B, H_kv, S, Dh). Cached once per source."""
+        """Memory keys and values, cached once per source. (B, S, D) -> 2 x (B, H_kv, S, Dh)."""
         k, v = self.kv_proj(memory).chunk(2, dim=-1)
         return self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
 
@@ -211,15 +219,17 @@ class MultiHeadedAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """query (B, T, D); memory (B, S, D) for cross-attention, None for self-attention.
 
-        mask: bool, broadcast to (B, H, T, S), True = may attend. bias: float (1|B, H, T, S) added to the
-        scores (relative positions, ALiBi). rotary: (cos, sin) (T, Dh) for the T new positions (RoPE).
-        cache: self-attention appends the new keys/values; cross-attention computes them on first use.
-        Returns the output (B, T, D) and, if need_weights, the weights (B, H, T, S).
+        mask: bool, broadcast to (B, H, T, S), True = may attend. bias: float (1|B, H, T, S) added
+        to the scores (relative positions, ALiBi). rotary: (cos, sin) (T, Dh) for the T new
+        positions (RoPE). cache: self-attention appends the new keys/values; cross-attention
+        computes them on first use. Returns the output (B, T, D) and, if need_weights, the weights
+        (B, H, T, S).
 
-        Cross-attention also takes a memory of B_m = B / g rows (and a mask of B_m rows, keys only): query rows
-        come in consecutive groups of g that share one memory row — beam search's g beams of a sentence. The
-        g queries of a group are stacked along T and attend to their memory row in one product, so the
-        memory's keys and values are computed, stored and read once per source, not once per beam.
+        Cross-attention also takes a memory of B_m = B / g rows (and a mask of B_m rows, keys only):
+        query rows come in consecutive groups of g that share one memory row — beam search's g beams
+        of a sentence. The memory's keys and values are computed and cached once per source, not
+        once per beam, and repeated for the g rows of a group by `share_memory_rows`
+        (`qkv.runtime.attention` stacks the g queries of a group instead).
         """
         B, T, _ = query.shape
         if (memory is not None) != self.cross:
@@ -254,9 +264,10 @@ class MultiHeadedAttention(nn.Module):
     def share_memory_rows(
         self, B: int, k: Tensor, v: Tensor, mask: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Keys/values (B_m, H_kv, S, Dh) and a key mask (B_m, 1, 1, S) of B_m memory rows, repeated for
-        B = g * B_m query rows that come in consecutive groups of g per memory row (beam search's g beams
-        of a sentence read that sentence's memory): -> (B, ...). The memory is stored once per source."""
+        """Keys/values (B_m, H_kv, S, Dh) and a key mask (B_m, 1, 1, S) of B_m memory rows, repeated
+        for B = g * B_m query rows that come in consecutive groups of g per memory row (beam
+        search's g beams of a sentence read that sentence's memory): -> (B, ...). The memory is
+        stored once per source."""
         g = B // k.size(0)
         if B % k.size(0) or (mask is not None and mask.size(0) not in (1, k.size(0))):
             raise ValueError(f"{B} query rows cannot share {k.size(0)} memory rows")
@@ -273,7 +284,10 @@ class MultiHeadedAttention(nn.Module):
         bias: Tensor | None,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
-        """All heads at once. q (B, H, T, Dh), k/v (B, H_kv, S, Dh) -> (B, H, T, Dh), weights or None."""
+        """All heads at once.
+
+        q (B, H, T, Dh), k/v (B, H_kv, S, Dh) -> (B, H, T, Dh), and the weights or None.
+        """
         if self.fused and not need_weights:  # the fused twin of the readable path below
             attn_mask = mask
             if bias is not None:
@@ -302,13 +316,15 @@ def per_head_attention(
     memory: Tensor | None = None,
     mask: Tensor | None = None,
 ) -> Tensor:
-    """The reference: MultiHead = Concat(head_1..head_h) W^O computed one head at a time (a Python loop).
+    """The reference: MultiHead = Concat(head_1..head_h) W^O, one head at a time (a Python loop).
 
     Slow and literal, for reading against the paper and for testing the fused `MultiHeadedAttention`
     (scaled dot-product score). query (B, T, D), memory (B, S, D) or None -> (B, T, D).
     """
     memory = query if memory is None else memory
-    d, Dh, group = mha.q_dim, mha.d_head, mha.n_heads // mha.n_kv_heads
+    d = mha.q_dim
+    Dh = mha.d_head
+    group = mha.n_heads // mha.n_kv_heads
     W, b = mha.projection()
     if b is None:
         b = torch.zeros(W.size(0), dtype=W.dtype, device=W.device)

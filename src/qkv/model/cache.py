@@ -1,11 +1,12 @@
 """The incremental-decoding cache: an explicit object the decoder reads and writes, nothing hidden.
 
-At decoding step t the decoder sees only the newest token. Its self-attention needs the keys and values
-of all earlier target positions (they grow by one per step); its cross-attention needs the keys and
-values of the source memory (computed once per source, then reused). `DecoderCache` holds both, one
-`KVCache` per attention module, and `reorder(rows, sources)` follows beam search (or drops finished
-sentences): the self-attention caches have one row per hypothesis, the cross-attention caches one row per
-source, which all the hypotheses of that source read (see `MultiHeadedAttention.forward`).
+At decoding step t the decoder sees only the newest token. Its self-attention needs the keys and
+values of all earlier target positions (they grow by one per step); its cross-attention needs the
+keys and values of the source memory (computed once per source, then reused). `DecoderCache` holds
+both, one `KVCache` per attention module, and `reorder(rows, sources)` follows beam search (or drops
+finished sentences): the self-attention caches have one row per hypothesis, the cross-attention
+caches one row per source, which all the hypotheses of that source read (see
+`MultiHeadedAttention.forward`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from torch import Tensor
 class KVCache:
     """Keys and values (B, H_kv, T, Dh) of one attention module.
 
-    Self-attention appends into a preallocated buffer that doubles when full (no `torch.cat` per step);
-    cross-attention stores the memory's keys and values once (`static`).
+    Self-attention appends into a preallocated buffer that doubles when full (no `torch.cat` per
+    step); cross-attention stores the memory's keys and values once (`static`).
     """
 
     def __init__(self, capacity: int = 64) -> None:
@@ -47,7 +48,10 @@ class KVCache:
         return self._v[:, :, : self.length]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add T new positions k, v (B, H_kv, T, Dh); return all keys and values so far (B, H_kv, L, Dh)."""
+        """Add T new positions k, v (B, H_kv, T, Dh); return all keys and values so far.
+
+        -> keys, values (B, H_kv, L, Dh), L = positions held.
+        """
         new_length = self.length + k.size(2)
         if self._k is None or new_length > self._k.size(2):
             self._grow(k, v, max(2 * new_length, self.capacity))
@@ -58,9 +62,11 @@ class KVCache:
         return self.keys, self.values
 
     def set_static(self, k: Tensor, v: Tensor) -> None:
-        """Store keys and values computed once (cross-attention over the source), contiguous: they are views
-        into the fused key/value projection, whose strides would make every step's product copy them."""
-        self._k, self._v, self.length = k.contiguous(), v.contiguous(), k.size(2)
+        """Store keys and values computed once (cross-attention over the source), contiguous: they
+        are views into the fused key/value projection, whose strides would make every step's product
+        copy them."""
+        self._k, self._v = k.contiguous(), v.contiguous()
+        self.length = k.size(2)
 
     def _grow(self, k: Tensor, v: Tensor, capacity: int) -> None:
         B, H, _, Dh = k.shape
@@ -72,13 +78,13 @@ class KVCache:
         self._k, self._v = new_k, new_v
 
     def select_rows(self, index: Tensor, moved: Tensor | None = None) -> None:
-        """Keep batch rows `index` (B',) in that order: beam search's back-pointers, or dropping rows.
+        """Keep batch rows `index` (B',), in that order: beam back-pointers, or dropping rows.
 
-        Only the filled part is gathered. With room to spare and no more rows than the buffer has, the
-        rows are written back into the buffer's first B' rows: the buffer is reused every step instead
-        of a fresh one being allocated (and filled) per step and layer. moved (M,): when `index` keeps
-        the number of rows, the rows i with index[i] != i; only those are copied (the others already
-        hold their row)."""
+        Only the filled part is gathered. With room to spare and no more rows than the buffer has,
+        the rows are written back into the buffer's first B' rows: the buffer is reused every step
+        instead of a fresh one being allocated (and filled) per step and layer. moved (M,): when
+        `index` keeps the number of rows, the rows i with index[i] != i; only those are copied (the
+        others already hold their row)."""
         if self._k is None or self._v is None:
             return
         if moved is not None and len(index) == self._k.size(0) and self.length < self._k.size(2):
@@ -86,10 +92,8 @@ class KVCache:
             self._k[:, :, : self.length].index_copy_(0, moved, self.keys.index_select(0, rows))
             self._v[:, :, : self.length].index_copy_(0, moved, self.values.index_select(0, rows))
             return
-        k, v = (
-            self.keys.index_select(0, index),
-            self.values.index_select(0, index),
-        )  # (B', H_kv, L, Dh)
+        # (B', H_kv, L, Dh)
+        k, v = self.keys.index_select(0, index), self.values.index_select(0, index)
         if self.length == self._k.size(2):  # static, or a full buffer
             self._k, self._v = k, v
             return
@@ -118,14 +122,13 @@ class DecoderCache:
         """Keep hypothesis rows `rows` (R',) of the self-attention caches and memory rows `sources`
         (B',) of the cross-attention caches, each in that order.
 
-        sources None leaves the cross-attention caches as they are: right when `rows` only moves rows
-        among those sharing a source (the beams of one sentence); pass the kept sources when some leave
-        the batch (or `rows` itself when every hypothesis row has its own memory row).
+        sources None leaves the cross-attention caches as they are: right when `rows` only moves
+        rows among those sharing a source (the beams of one sentence); pass the kept sources when
+        some leave the batch (or `rows` itself when every hypothesis row has its own memory row).
         """
         moved = None
-        if (
-            self.self_attn and len(rows) == self.self_attn[0].rows
-        ):  # none leave: copy only the moved
+        # none leave: copy only the moved
+        if self.self_attn and len(rows) == self.self_attn[0].rows:
             moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
         if moved is None or moved.numel():
             for c in self.self_attn:

@@ -1,8 +1,8 @@
 """Token embeddings: ids -> vectors, scaled by sqrt(d_model) as in the paper (section 3.4).
 
-The padding row is zero and never trained: `nn.Embedding(padding_idx=...)` zeroes its gradient from the
-lookup, and a gradient hook also zeroes it when the same matrix is the tied output projection (whose
-softmax would otherwise push gradient into it).
+The padding row is zero and never trained: `nn.Embedding(padding_idx=...)` zeroes its gradient from
+the lookup, and a gradient hook also zeroes it when the same matrix is the tied output projection
+(whose softmax would otherwise push gradient into it).
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ class TokenEmbedding(nn.Module):
     ) -> None:
         super().__init__()
         self.lookup = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-        nn.init.normal_(
-            self.lookup.weight, std=d_model**-0.5
-        )  # so the scaled embedding has unit scale
+        # so the scaled embedding has unit scale
+        nn.init.normal_(self.lookup.weight, std=d_model**-0.5)
         self.padding_idx = padding_idx
         self.scale = math.sqrt(d_model) if scale else 1.0
         if padding_idx is not None:

@@ -1,6 +1,6 @@
-"""The layers: feed-forward, normalisation, the residual "Add & Norm" connection, encoder and decoder layers.
+"""The layers: feed-forward, normalisation, residual "Add & Norm", the encoder and decoder layers.
 
-FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                      (paper eq. 2; GELU and SwiGLU as options)
+FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                      (paper eq. 2; GELU, SwiGLU as options)
 post-norm (paper):  x = Norm(x + Dropout(Sublayer(x)))
 pre-norm:           x = x + Dropout(Sublayer(Norm(x)))      (the stack then ends with a final Norm)
 EncoderLayer:  self-attention -> FFN
@@ -20,7 +20,9 @@ from .cache import KVCache
 
 
 class PositionwiseFeedForward(nn.Module):
-    """Two linear maps with an activation between, applied to each position alike. (B, T, D) -> (B, T, D).
+    """Two linear maps with an activation between, applied to each position alike.
+
+    (B, T, D) -> (B, T, D).
 
     SwiGLU (Shazeer 2020): (Swish(x W) * (x V)) W_2, with W and V fused in `w_1` (D -> 2 d_ff).
     """
@@ -57,7 +59,10 @@ def make_norm(kind: str, d_model: int, eps: float) -> nn.Module:
 
 
 class SublayerConnection(nn.Module):
-    """Residual connection around a sub-layer with dropout and a norm, before (pre) or after (post) it."""
+    """Residual connection around a sub-layer, with dropout and a norm.
+
+    The norm comes before the sub-layer (pre-norm) or after the residual sum (post-norm, the paper).
+    """
 
     def __init__(
         self,
@@ -111,7 +116,7 @@ def _feed_forward(cfg: TransformerConfig) -> PositionwiseFeedForward:
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each inside a SublayerConnection. (B, S, D) -> (B, S, D)."""
+    """Self-attention then feed-forward, each in a SublayerConnection. (B, S, D) -> (B, S, D)."""
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()

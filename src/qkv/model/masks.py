@@ -20,9 +20,10 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
 
 
 def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | None = None) -> Tensor:
-    """Query i may see keys j <= i + (k_len - q_len): the last q_len of k_len positions. -> (1, 1, T_q, T_k).
+    """Query i may see keys j <= i + (k_len - q_len): the last q_len of k_len positions.
 
-    With k_len > q_len the queries are the newest positions of a longer sequence (incremental decoding).
+    -> (1, 1, T_q, T_k). With k_len > q_len the queries are the newest positions of a longer
+    sequence (incremental decoding).
     """
     k_len = q_len if k_len is None else k_len
     offset = k_len - q_len

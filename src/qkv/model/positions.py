@@ -1,15 +1,20 @@
 """Positional information: the five ways qkv tells attention where tokens are.
 
 Added to the embeddings (absolute):
-  * `SinusoidalPositionalEncoding`  PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)  (paper 3.5)
+  * `SinusoidalPositionalEncoding`  PE(pos, 2i)   = sin(pos / 10000^(2i/d))        (paper 3.5)
+                                    PE(pos, 2i+1) = cos(pos / 10000^(2i/d))
   * `LearnedPositionalEmbedding`    a trained table, one row per position (BERT, GPT-2)
 Applied inside attention (relative):
-  * `RotaryEmbedding`               rotate q and k by position-dependent angles (RoPE, Su et al. 2021)
-  * `RelativePositionBias`          a learned per-head bias per bucketed distance (T5, Raffel et al. 2020)
-  * `ALiBi`                         a fixed per-head linear penalty -m_h * |i - j| (Press et al. 2022)
+  * `RotaryEmbedding`               rotate q and k by position-dependent angles
+                                    (RoPE, Su et al. 2021)
+  * `RelativePositionBias`          a learned per-head bias per bucketed distance
+                                    (T5, Raffel et al. 2020)
+  * `ALiBi`                         a fixed per-head linear penalty -m_h * |i - j|
+                                    (Press et al. 2022)
 
-Biases have shape (1, H, T_q, T_k) and are added to the attention scores; the queries are the LAST T_q
-of T_k positions, so the same call serves full passes (T_q = T_k) and incremental decoding (T_q = 1).
+Biases have shape (1, H, T_q, T_k) and are added to the attention scores; the queries are the LAST
+T_q of T_k positions, so the same call serves full passes (T_q = T_k) and incremental decoding
+(T_q = 1).
 """
 
 from __future__ import annotations
@@ -21,22 +26,22 @@ from torch import Tensor, nn
 
 
 def sinusoid_table(length: int, dim: int, base: float = 10000.0, start: int = 0) -> Tensor:
-    """PE rows for positions start..start+length-1, interleaved sin/cos. -> (length, dim), float32."""
+    """PE rows for positions start..start+length-1, sin/cos interleaved: (length, dim), float32."""
     pos = torch.arange(start, start + length, dtype=torch.float64)[:, None]  # (L, 1)
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (ceil(dim/2),)
     angles = pos * inv_freq  # (L, ceil(dim/2))
-    pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)[
-        :, :dim
-    ]  # sin, cos, sin, cos, ...
+    # sin, cos, sin, cos, ...
+    pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)[:, :dim]
     return pe.float()
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """x + PE[offset : offset + T]. Fixed, no parameters, defined for any length (the table grows)."""
+    """x + PE[offset : offset + T]. Fixed, no parameters, any length (the table grows)."""
 
     def __init__(self, d_model: int, base: float = 10000.0, initial_length: int = 512) -> None:
         super().__init__()
-        self.d_model, self.base = d_model, base
+        self.d_model = d_model
+        self.base = base
         self.register_buffer(
             "table", sinusoid_table(initial_length, d_model, base), persistent=False
         )
@@ -85,9 +90,8 @@ class RotaryEmbedding(nn.Module):
         if d_head % 2:
             raise ValueError(f"rotary embedding needs an even head size, got {d_head}")
         inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
-        self.register_buffer(
-            "inv_freq", inv_freq, persistent=False
-        )  # (Dh/2,) float64 for exact angles
+        # (Dh/2,) float64 for exact angles
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(
         self, length: int, offset: int = 0, dtype: torch.dtype = torch.float32
@@ -108,9 +112,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 def relative_position_bucket(
     relative_position: Tensor, bidirectional: bool, num_buckets: int, max_distance: int
 ) -> Tensor:
-    """T5's bucketing of (key_pos - query_pos): exact for small distances, log-spaced up to max_distance.
+    """T5's bucketing of (key_pos - query_pos): exact when small, log-spaced up to max_distance.
 
-    Bidirectional: half the buckets for keys after the query. Causal: only keys at or before it count.
+    Bidirectional: half the buckets for later keys. Causal: only keys at or before the query count.
     """
     buckets = torch.zeros_like(relative_position)
     if bidirectional:
@@ -135,29 +139,32 @@ def _query_key_positions(q_len: int, k_len: int, device: torch.device) -> tuple[
 
 
 class RelativePositionBias(nn.Module):
-    """T5 relative attention bias: a learned scalar per (head, distance bucket) added to the scores."""
+    """T5 relative attention bias: a learned scalar per (head, distance bucket) added to scores."""
 
     def __init__(
         self, n_heads: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
     ) -> None:
         super().__init__()
-        self.bidirectional, self.num_buckets, self.max_distance = (
-            bidirectional,
-            num_buckets,
-            max_distance,
-        )
+        self.bidirectional = bidirectional
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
         self.embedding = nn.Embedding(num_buckets, n_heads)
 
     def forward(self, q_len: int, k_len: int) -> Tensor:
         q_pos, k_pos = _query_key_positions(q_len, k_len, self.embedding.weight.device)
+        # (T_q, T_k)
         buckets = relative_position_bucket(
             k_pos - q_pos, self.bidirectional, self.num_buckets, self.max_distance
-        )  # (T_q, T_k)
+        )
         return self.embedding(buckets).permute(2, 0, 1)[None]  # (1, H, T_q, T_k)
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
-    """Head slopes m_h: the geometric sequence 2^(-8/n), 2^(-16/n), ... (interleaved when n is not 2^k)."""
+    """Head slopes m_h: the geometric sequence 2^(-8/n), 2^(-16/n), ...
+
+    When n is not a power of two: the slopes for the power of two below n, then every other slope
+    for the power of two above it.
+    """
 
     def power_of_two(n: int) -> list[float]:
         start = 2 ** (-8 / n)
@@ -175,9 +182,8 @@ class ALiBi(nn.Module):
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()
-        self.register_buffer(
-            "slopes", alibi_slopes(n_heads)[:, None, None], persistent=False
-        )  # (H, 1, 1)
+        # (H, 1, 1)
+        self.register_buffer("slopes", alibi_slopes(n_heads)[:, None, None], persistent=False)
 
     def forward(self, q_len: int, k_len: int) -> Tensor:
         q_pos, k_pos = _query_key_positions(q_len, k_len, self.slopes.device)

@@ -2,13 +2,14 @@
 
     Encoder:      ids -> embedding (+ positions) -> N x EncoderLayer -> memory (B, S, D)
     Decoder:      ids -> embedding (+ positions) -> N x DecoderLayer(memory) -> hidden (B, T, D)
-    Transformer:  the encoder-decoder of the paper; logits = output_projection(decoder(tgt, encoder(src)))
+    Transformer:  the encoder-decoder of the paper:
+                  logits = output_projection(decoder(tgt, encoder(src)))
     EncoderOnly:  BERT-style, with a masked-token head and a classification head
     DecoderOnly:  GPT-style causal language model (decoder layers without cross-attention)
 
 Positional information (config.positional) is added to the embeddings ("sinusoidal", "learned") or
-given to every layer's self-attention ("rope": rotations, "relative"/"alibi": score biases), computed once
-per stack and shared by its layers. Cross-attention has no positional term.
+given to every layer's self-attention ("rope": rotations, "relative"/"alibi": score biases),
+computed once per stack and shared by its layers. Cross-attention has no positional term.
 """
 
 from __future__ import annotations
@@ -76,7 +77,10 @@ class Stack(nn.Module):
     def positional_terms(
         self, q_len: int, k_len: int, dtype: torch.dtype
     ) -> tuple[Tensor | None, tuple[Tensor, Tensor] | None]:
-        """The score bias (1, H, T_q, T_k) and rotary (cos, sin) (T_q, Dh) for the last q_len of k_len."""
+        """The score bias (1, H, T_q, T_k) and the rotary (cos, sin) (T_q, Dh).
+
+        For the queries at the last q_len of k_len positions.
+        """
         bias = None if self.score_bias is None else self.score_bias(q_len, k_len).to(dtype)
         rotary = None if self.rotary is None else self.rotary(q_len, k_len - q_len, dtype)
         return bias, rotary
@@ -101,11 +105,11 @@ class Encoder(Stack):
 
 
 class Decoder(Stack):
-    """N decoder layers. ids (B, T) [+ memory (B, S, D)] -> hidden (B, T, D), cross-attention weights.
+    """N decoder layers. ids (B, T) [+ memory (B, S, D)] -> hidden (B, T, D), cross-attn weights.
 
-    Causal self-attention: position t sees positions <= t. Targets are right-padded, so the causal mask
-    already hides padding from every real position. With a `DecoderCache`, `tgt_ids` holds only the new
-    positions (usually one) and the earlier ones are read from the cache.
+    Causal self-attention: position t sees positions <= t. Targets are right-padded, so the causal
+    mask already hides padding from every real position. With a `DecoderCache`, `tgt_ids` holds only
+    the new positions (usually one) and the earlier ones are read from the cache.
     """
 
     def __init__(
@@ -127,9 +131,8 @@ class Decoder(Stack):
         offset = 0 if cache is None else cache.length
         T = tgt_ids.size(1)
         x = self.embed(tgt_ids, offset)  # (B, T, D)
-        self_mask = (
-            None if T == 1 else causal_mask(T, offset + T, x.device)
-        )  # one new token sees all
+        # one new token sees all
+        self_mask = None if T == 1 else causal_mask(T, offset + T, x.device)
         bias, rotary = self.positional_terms(T, offset + T, x.dtype)
         weights = []
         for i, layer in enumerate(self.layers):
@@ -159,7 +162,9 @@ def init_linear_weights(module: nn.Module) -> None:
 
 
 class Transformer(nn.Module):
-    """The encoder-decoder Transformer. model(src_ids (B, S), tgt_in_ids (B, T)) -> logits (B, T, V_tgt).
+    """The encoder-decoder Transformer.
+
+    model(src_ids (B, S), tgt_in_ids (B, T)) -> logits (B, T, V_tgt).
 
     Weight tying (paper 3.4): `share_embeddings` uses one embedding for source and target (joint
     vocabulary); `tie_output` makes the pre-softmax projection the target embedding matrix.
@@ -203,8 +208,8 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """tgt_ids (R, T) -> logits (R, T, V). With `cache`, tgt_ids are the next positions only.
 
-        memory (B, S, D) has one row per source; R is a multiple of B, and consecutive groups of R / B target
-        rows (beam search's hypotheses of one sentence) share a memory row."""
+        memory (B, S, D) has one row per source; R is a multiple of B, and consecutive groups of
+        R / B target rows (beam search's hypotheses of one sentence) share a memory row."""
         hidden, _ = self.decoder(tgt_ids, memory, memory_mask, cache)
         return self.output_projection(hidden)
 
@@ -223,7 +228,7 @@ class Transformer(nn.Module):
 
 
 class EncoderOnly(nn.Module):
-    """BERT-style encoder: hidden states, masked-token logits (tied to the embedding), class logits."""
+    """BERT-style encoder: hidden states, masked-token logits (tied embedding), class logits."""
 
     def __init__(self, config: TransformerConfig, n_classes: int = 2) -> None:
         super().__init__()

@@ -1,18 +1,19 @@
 """Attention kernels for decoding, swapped into a model from outside (`use_decoding_attention`).
 
 The model's `MultiHeadedAttention` computes equation 1 plainly. Incremental decoding asks it for
-something narrow: a few queries per row (one new token, or one per beam), and cross-attention where the
-g beams of a sentence read that sentence's memory row. Two kernels do these faster, with the same math:
+something narrow: a few queries per row (one new token, or one per beam), and cross-attention where
+the g beams of a sentence read that sentence's memory row. Two kernels do these faster, with the
+same math:
 
-* Beams sharing a memory row: the g query rows of a group are stacked along the query axis and attend to
-  their memory row in one product, so the memory's keys and values are stored and read once per source
-  (the plain model repeats them g times).
+* Beams sharing a memory row: the g query rows of a group are stacked along the query axis and
+  attend to their memory row in one product, so the memory's keys and values are stored and read
+  once per source (the plain model repeats them g times).
 * Few queries on the CPU in eval mode: from `FEW_QUERY_MIN_ROWS` query rows on, with at most
-  `FEW_QUERY_MAX_T` queries per row, two plain matmuls beat the fused kernel's per-call overhead. The query
-  heads of a group share their key/value head, so they are stacked as that head's queries (no copy of
-  k, v). The thresholds, and the measurement behind them, are in docs/benchmarks.md.
+  `FEW_QUERY_MAX_T` queries per row, two plain matmuls beat the fused kernel's per-call overhead.
+  The query heads of a group share their key/value head, so they are stacked as that head's queries
+  (no copy of k, v). The thresholds, and the measurement behind them, are in docs/benchmarks.md.
 
-`tests/runtime/test_attention.py` checks each kernel against the plain model.
+`tests/runtime/test_decoding_attention.py` checks each kernel against the plain model.
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ class DecodingAttention(MultiHeadedAttention):
         bias: Tensor | None,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
-        """q (B, H, T, Dh), k/v (B_m, H_kv, S, Dh) with B = g * B_m -> (B, H, T, Dh), weights or None."""
+        """Attention of B = g * B_m query rows over B_m memory rows.
+
+        q (B, H, T, Dh), k/v (B_m, H_kv, S, Dh) -> (B, H, T, Dh), and the weights or None.
+        """
         B, H, T, Dh = q.shape
         Bm = k.size(0)
         if Bm == B:
@@ -78,7 +82,10 @@ class DecodingAttention(MultiHeadedAttention):
     def _few_queries(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None
     ) -> Tensor:
-        """Two matmuls, the query heads of a key/value head stacked. q (B, H, T, Dh) -> same shape."""
+        """Two matmuls, the query heads of a key/value head stacked.
+
+        q (B, H, T, Dh) -> (B, H, T, Dh).
+        """
         B, H, T, Dh = q.shape
         q = q.reshape(B, self.n_kv_heads, H // self.n_kv_heads * T, Dh)  # (B, H_kv, group*T, Dh)
         if mask is not None:
@@ -91,7 +98,10 @@ class DecodingAttention(MultiHeadedAttention):
         return out.view(B, H, T, Dh)
 
     def _stack_queries(self, m: Tensor, H: int, T: int) -> Tensor:
-        """A mask or bias (1|B, 1|H, 1|T, S) laid out for stacked queries: (.., H_kv, group*T, S)."""
+        """A mask or bias (1|B, 1|H, 1|T, S) laid out for stacked queries.
+
+        -> (1|B, H_kv, group*T, S); one that is the same for every query is returned as it is.
+        """
         if m.size(1) == 1 and m.size(2) == 1:
             return m  # the same for every query: broadcasts as it is
         rows = m.size(0)
@@ -99,8 +109,8 @@ class DecodingAttention(MultiHeadedAttention):
 
 
 def use_decoding_attention(model: nn.Module) -> nn.Module:
-    """Swap every `MultiHeadedAttention` of `model` (in place) for a `DecodingAttention` holding the same
-    weights; returns the model."""
+    """Swap every `MultiHeadedAttention` of `model` (in place) for a `DecodingAttention` holding the
+    same weights; returns the model."""
     for module in model.modules():
         if type(module) is MultiHeadedAttention:
             module.__class__ = DecodingAttention

@@ -1,18 +1,18 @@
-"""Linear layers with their weights packed once for the CPU's matmul kernels: faster float32 decoding.
+"""Linear layers with weights packed once for the CPU's matmul kernels: faster float32 decoding.
 
-`nn.Linear` multiplies by W as it is stored, row-major, and the matmul library re-blocks it into cache-sized
-panels on every call. For training that cost is hidden by large batches; a decoder step is a small
-(rows x d_model) input against every weight matrix, so it is paid hundreds of times per token. `PackedLinear`
-reorders W once, at load time, into oneDNN's blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, the
-op `torch.compile` uses for frozen CPU models) and multiplies with oneDNN. Same float32 arithmetic, in
-another order: outputs agree with `nn.Linear` to float rounding (tests: 1e-5).
+`nn.Linear` multiplies by W as it is stored, row-major, and the matmul library re-blocks it into
+cache-sized panels on every call. For training that cost is hidden by large batches; a decoder step
+is a small (rows x d_model) input against every weight matrix, so it is paid hundreds of times per
+token. `PackedLinear` reorders W once, at load time, into oneDNN's blocked layout
+(`torch.ops.mkldnn._reorder_linear_weight`, the op `torch.compile` uses for frozen CPU models) and
+multiplies with oneDNN. Same float32 arithmetic, in another order: outputs agree with `nn.Linear` to
+float rounding (tests: 1e-5).
 
-Measured on 2 AMD EPYC cores, base shape (docs/benchmarks.md): 1.6x the tokens/s of `nn.Linear` in greedy
-decoding at batch 1, 1.37x at batch 32; beam 4: 2.0x and 1.2x. Inference only (no backward);
-`Translator.load` packs float32 CPU models.
+Inference only (no backward); the speed-up over `nn.Linear` in greedy and beam decoding is measured
+in docs/benchmarks.md. `Translator.load` packs float32 CPU models.
 
-    translator = Translator.load("runs/m30k-en-de")             # packed when the CPU build supports it
-    model = pack_linear_weights(model)                         # any model, e.g. for `decode.greedy`
+    translator = Translator.load("runs/m30k-en-de")  # packed when the CPU build supports it
+    model = pack_linear_weights(model)               # any model, e.g. for `decode.greedy`
 """
 
 from __future__ import annotations
@@ -32,11 +32,14 @@ def packing_available() -> bool:
 
 class PackedLinear(nn.Module):
     """y = x W^T + b with W held in oneDNN's blocked layout (CPU, float32, inference only).
-    x (..., in_features) -> (..., out_features)."""
+
+    x (..., in_features) -> (..., out_features).
+    """
 
     def __init__(self, linear: nn.Linear, batch_hint: int = 32) -> None:
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
         # oneDNN picks the blocking for about `batch_hint` input rows; any number of rows works
         self.packed = torch.ops.mkldnn._reorder_linear_weight(
             linear.weight.detach().float(), batch_hint
@@ -47,20 +50,25 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}"
+        )
 
 
 def pack_linear_weights(model: nn.Module) -> nn.Module:
-    """Replace every `nn.Linear` of `model` (in place) by a `PackedLinear`; returns the model in eval mode.
-    The float weights of the replaced layers are released (a tied output projection gets its own packed copy;
-    the embedding it was tied to stays)."""
+    """Replace every `nn.Linear` of `model` (in place) by a `PackedLinear`; return it in eval mode.
+
+    The float weights of the replaced layers are released (a tied output projection gets its own
+    packed copy; the embedding it was tied to stays).
+    """
     if not packing_available():
         raise RuntimeError(
             "this torch build has no oneDNN packed linear ops (torch.ops.mkldnn); decode unpacked"
         )
     if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
         raise ValueError("packed weights are for float32 models on the CPU")
-    # (parent, name) pairs, not the layers themselves: each float weight is freed as soon as it is packed
+    # (parent, name) pairs, not the layers themselves: each float weight is freed once it is packed
     places = [
         (parent, name)
         for parent in model.modules()

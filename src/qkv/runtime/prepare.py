@@ -1,5 +1,8 @@
-"""The one function that prepares a model for decoding. Every speed path is a swap applied here, from
-outside the model, and each has an equivalence test against the plain model (tests/runtime/)."""
+"""The one function that prepares a model for decoding.
+
+Every speed path is a swap applied here, from outside the model, and each has an equivalence test
+against the plain model (tests/runtime/).
+"""
 
 from __future__ import annotations
 
@@ -19,10 +22,10 @@ def prepare_for_decoding(
 ) -> nn.Module:
     """The model as decoding runs it, changed in place and put in eval mode.
 
-    Always: the decoding attention kernels (`runtime.attention`). Then quantize="int8" swaps the linear
-    layers for int8 ones (`runtime.quantize`); otherwise pack=True (or None on a CPU whose torch build
-    supports it) packs the float32 linear weights for oneDNN (`runtime.packed`); pack=False leaves
-    nn.Linear.
+    Always: the decoding attention kernels (`runtime.attention`). Then quantize="int8" swaps the
+    linear layers for int8 ones (`runtime.quantize`); otherwise pack=True (or None on a CPU whose
+    torch build supports it) packs the float32 linear weights for oneDNN (`runtime.packed`);
+    pack=False leaves nn.Linear.
     """
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")

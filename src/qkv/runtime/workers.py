@@ -1,11 +1,12 @@
-"""Several batches decoded at once, on worker threads: throughput mode (CTranslate2's `inter_threads`).
+"""Batches decoded side by side on worker threads: throughput mode (CTranslate2's `inter_threads`).
 
-PyTorch runs each operation on all of its intra-op threads, and a decoder step is a few hundred small
-operations: the threads meet at the end of every one of them, and at batch 1 most operations are too small
-to split at all. Workers instead decode *different* batches at the same time, each on its own share of the
-cores. This works with threads, not processes, because torch's intra-op thread count belongs to the calling
-thread (`torch.set_num_threads` in a worker sets it for that worker's operations, OpenMP and MKL alike) and
-its kernels release the GIL; the model's weights are shared, not copied.
+PyTorch runs each operation on all of its intra-op threads, and a decoder step is a few hundred
+small operations: the threads meet at the end of every one of them, and at batch 1 most operations
+are too small to split at all. Workers instead decode *different* batches at the same time, each on
+its own share of the cores. This works with threads, not processes, because torch's intra-op thread
+count belongs to the calling thread (`torch.set_num_threads` in a worker sets it for that worker's
+operations, OpenMP and MKL alike) and its kernels release the GIL; the model's weights are shared,
+not copied.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ def map_in_workers(fn: Callable[[T], R], jobs: Sequence[T], workers: int = 1) ->
     """[fn(job) for job in jobs], computed by `workers` threads that each give torch an equal share
     (at least one) of its current intra-op threads. Results come back in job order.
 
-    fn must not change shared state: decoding functions qualify (the model is read-only in eval mode and
-    every call makes its own cache).
+    fn must not change shared state: decoding functions qualify (the model is read-only in eval mode
+    and every call makes its own cache).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
