@@ -261,6 +261,13 @@ class MultiHeadedAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, T, self.q_dim)  # concat heads: (B, T, H*Dh)
         return self.out_proj(out), weights
 
+    @staticmethod
+    def rows_per_memory_row(B: int, k: Tensor, mask: Tensor | None) -> int:
+        """g, the query rows per memory row (k has B_m = B / g rows); a mask has 1 or B_m rows."""
+        if B % k.size(0) or (mask is not None and mask.size(0) not in (1, k.size(0))):
+            raise ValueError(f"{B} query rows cannot share {k.size(0)} memory rows")
+        return B // k.size(0)
+
     def share_memory_rows(
         self, B: int, k: Tensor, v: Tensor, mask: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -268,9 +275,7 @@ class MultiHeadedAttention(nn.Module):
         for B = g * B_m query rows that come in consecutive groups of g per memory row (beam
         search's g beams of a sentence read that sentence's memory): -> (B, ...). The memory is
         stored once per source."""
-        g = B // k.size(0)
-        if B % k.size(0) or (mask is not None and mask.size(0) not in (1, k.size(0))):
-            raise ValueError(f"{B} query rows cannot share {k.size(0)} memory rows")
+        g = self.rows_per_memory_row(B, k, mask)
         if mask is not None and mask.size(0) > 1:
             mask = mask.repeat_interleave(g, dim=0)
         return k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0), mask

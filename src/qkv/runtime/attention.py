@@ -33,8 +33,7 @@ class DecodingAttention(MultiHeadedAttention):
         self, B: int, k: Tensor, v: Tensor, mask: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """Leave the B_m memory rows as they are: `attend` groups the queries instead."""
-        if B % k.size(0) or (mask is not None and mask.size(0) not in (1, k.size(0))):
-            raise ValueError(f"{B} query rows cannot share {k.size(0)} memory rows")
+        self.rows_per_memory_row(B, k, mask)  # checks the layout
         return k, v, mask
 
     def attend(
