@@ -1,5 +1,5 @@
-"""Model directories: weights round-trip bit for bit (tied ones stay tied), bad files are clear errors, older
-layouts still load, and loading does not hold a second copy of the weights."""
+"""Model directories: weights round-trip bit for bit (tied ones stay tied), bad files are clear errors,
+files are copied by their names, and loading does not hold a second copy of the weights."""
 
 from __future__ import annotations
 
@@ -12,7 +12,17 @@ import torch
 from safetensors.torch import save_file
 
 from qkv import DecoderOnly, Transformer, TransformerConfig
-from qkv.modeldir import WEIGHTS_FILE, CheckpointError, load_model_dir, load_weights, save_model_dir
+from qkv.modeldir import (
+    CONFIG_FILE,
+    SPM_JOINT_FILE,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    CheckpointError,
+    copy_config_and_tokenizer,
+    load_model_dir,
+    load_weights,
+    save_model_dir,
+)
 
 
 def tiny(**overrides: object) -> TransformerConfig:
@@ -49,22 +59,33 @@ def test_truncated_or_mismatched_weights_are_clear_errors(tmp_path: Path) -> Non
         load_weights(tmp_path / "nothing.safetensors", Transformer(tiny()))
 
 
-def test_an_older_layout_goes_through_the_state_dict_hooks(tmp_path: Path) -> None:
-    """Cross-attention weights stored fused ([W^Q; W^K; W^V] in one in_proj) load into q_proj + kv_proj."""
-    torch.manual_seed(2)
-    model = Transformer(tiny(tie_output=False, share_embeddings=False, tgt_vocab_size=50)).eval()
-    old = {k: v.clone() for k, v in model.state_dict().items()}
-    for i in range(model.config.n_decoder_layers):
-        prefix = f"decoder.layers.{i}.cross_attn."
-        weight, bias = model.decoder.layers[i].cross_attn.projection()
-        for k in ("q_proj.weight", "q_proj.bias", "kv_proj.weight", "kv_proj.bias"):
-            del old[prefix + k]
-        old[prefix + "in_proj.weight"], old[prefix + "in_proj.bias"] = weight.clone(), bias.clone()
-    save_file(old, str(tmp_path / "old.safetensors"))
-    loaded = Transformer(model.config).eval()
-    load_weights(tmp_path / "old.safetensors", loaded)
-    src, tgt = torch.randint(4, 50, (2, 7)), torch.randint(4, 50, (2, 5))
-    torch.testing.assert_close(loaded(src, tgt), model(src, tgt))
+def test_weights_must_be_exactly_the_models_tensors(tmp_path: Path) -> None:
+    """A file lacking one of the model's tensors, or holding one the model does not have, is a
+    CheckpointError that names it; nothing is loaded by another route."""
+    model = Transformer(tiny(tie_output=False, share_embeddings=False, tgt_vocab_size=50))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    missing = dict(state)
+    del missing["encoder.layers.0.feed_forward.w_1.weight"]
+    save_file(missing, str(tmp_path / "missing.safetensors"))
+    with pytest.raises(CheckpointError, match=r"encoder\.layers\.0\.feed_forward\.w_1\.weight"):
+        load_weights(tmp_path / "missing.safetensors", Transformer(model.config))
+    save_file({**state, "extra.weight": torch.zeros(2)}, str(tmp_path / "extra.safetensors"))
+    with pytest.raises(CheckpointError, match=r"extra\.weight"):
+        load_weights(tmp_path / "extra.safetensors", Transformer(model.config))
+
+
+def test_config_and_tokenizer_files_are_copied_by_name(tmp_path: Path) -> None:
+    """copy_config_and_tokenizer copies config.json and the tokenizer files that exist, nothing else,
+    and leaves no temporary file behind."""
+    source = tmp_path / "run"
+    save_model_dir(source, Transformer(tiny()))
+    for name in (TOKENIZER_FILE, SPM_JOINT_FILE, "log.csv"):
+        (source / name).write_bytes(name.encode())
+    copy_config_and_tokenizer(source, tmp_path / "copy")
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == sorted(
+        [CONFIG_FILE, TOKENIZER_FILE, SPM_JOINT_FILE])
+    for name in (CONFIG_FILE, TOKENIZER_FILE, SPM_JOINT_FILE):
+        assert (tmp_path / "copy" / name).read_bytes() == (source / name).read_bytes()
 
 
 SHAPE = {"name": "tiny", "src_vocab_size": 1000, "d_model": 512, "d_ff": 2048, "n_heads": 8, "n_encoder_layers": 4,

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 import pytest
 
 from qkv.data.tokenizer import SubwordTokenizer, auto_character_coverage, seed_sampling
+from qkv.modeldir import CheckpointError
 
 EN_WORDS = "a man woman dog runs over green grass in the park child plays with red blue ball"
 DE_WORDS = "ein mann frau hund läuft über grünes gras im park kind spielt mit rotem blauen ball"
@@ -105,13 +106,15 @@ def test_lowercase_reads_any_case_and_equals_a_tokenizer_of_lowercased_text(tmp_
     assert loaded.encode_src(["A MAN"]) == by_hand.encode_src(["a man"])
 
 
-def test_a_tokenizer_saved_before_the_lowercase_option_is_cased(tmp_path, corpus):
+def test_an_incomplete_tokenizer_directory_is_a_clear_error(tmp_path, corpus):
     SubwordTokenizer.train(*corpus, tmp_path, vocab_size=100)
     config = tmp_path / "tokenizer.json"
-    config.write_text(json.dumps({"joint": True, "model_type": "unigram", "vocab_size": 100}))  # an older file
-    tok = SubwordTokenizer.load(tmp_path)
-    assert not tok.lowercase
-    assert tok.encode_src(["A man"]) != tok.encode_src(["a man"])
+    config.write_text(json.dumps({"joint": True, "model_type": "unigram", "vocab_size": 100}))
+    with pytest.raises(CheckpointError, match="lowercase"):
+        SubwordTokenizer.load(tmp_path)
+    config.unlink()
+    with pytest.raises(CheckpointError, match="missing file"):
+        SubwordTokenizer.load(tmp_path)
 
 
 def test_rejects_unknown_model_type(tmp_path, corpus):

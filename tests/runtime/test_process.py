@@ -1,5 +1,8 @@
-"""keep_freed_memory: a training-like step (large logits, log-softmax, backward) run again must reuse the memory
-the last step freed instead of mapping fresh pages (page faults) for every large tensor."""
+"""Process-wide settings (qkv.runtime.process), each checked in a fresh process.
+
+configure_process sets the threads and seeds it is given and nothing else. keep_freed_memory: a training-like
+step (large logits, log-softmax, backward) run again must reuse the memory the last step freed instead of
+mapping fresh pages (page faults) for every large tensor."""
 
 from __future__ import annotations
 
@@ -35,7 +38,28 @@ def test_training_step_reuses_freed_memory_only_with_keep_freed_memory() -> None
     logits_pages = 6000 * 10000 * 4 // 4096
     default = faults("default")
     assert default > 3 * logits_pages  # munmap on free: logits, log-softmax and their grads fault in every step
-    # freed blocks are reused as they are (measured from the 4th-6th step on: 0 faults; steps 2-4 still faulted
-    # one or two logits-sized blocks in some runs: heap placement varies); without keep_freed_memory this would
-    # equal `default`
+    # from the 4th-6th step on, freed blocks are reused as they are (0 faults; steps 2-4 may still fault one
+    # or two logits-sized blocks: heap placement varies); without keep_freed_memory this would equal `default`
     assert faults("keep") <= default // 3
+
+
+CONFIGURE = """
+import random, sys
+import numpy as np, torch
+from qkv.runtime.process import configure_process
+threads = torch.get_num_threads()
+state = torch.get_rng_state()
+configure_process()  # nothing asked: nothing changes
+assert torch.get_num_threads() == threads and torch.equal(torch.get_rng_state(), state)
+configure_process(threads=1, seed=7, keep_freed_memory=sys.platform.startswith("linux"))
+assert torch.get_num_threads() == 1
+drawn = (torch.rand(3).tolist(), np.random.rand(), random.random())
+torch.manual_seed(7); np.random.seed(7); random.seed(7)
+assert drawn == (torch.rand(3).tolist(), np.random.rand(), random.random()), drawn
+print("ok")
+"""
+
+
+def test_configure_process_sets_threads_and_seeds_and_nothing_unasked() -> None:
+    out = subprocess.run([sys.executable, "-c", CONFIGURE], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

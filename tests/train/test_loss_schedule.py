@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from qkv.train.loss import label_smoothed_loss, label_smoothed_loss_from_hidden
+from qkv import Transformer, TransformerConfig
+from qkv.train.loss import TranslationLoss, label_smoothed_loss, label_smoothed_loss_from_hidden
 from qkv.train.schedule import lr_multiplier, paper_peak_lr
 
 
@@ -88,3 +89,29 @@ def test_loss_from_hidden_states_equals_loss_from_logits(chunk_tokens: int | Non
     torch.testing.assert_close(hidden.grad, grads[0])
     torch.testing.assert_close(generator.weight.grad, grads[1])
     assert torch.all(hidden.grad[0, 3:] == 0)  # pad positions get no gradient
+
+
+@pytest.mark.parametrize("chunk_tokens", [None, 4])
+def test_translation_loss_is_the_loss_of_the_models_logits(chunk_tokens: int | None) -> None:
+    """TranslationLoss (encode, decoder, output projection on the real tokens only) == the label-smoothed
+    loss of model(src, tgt_in)'s logits, with the same gradients."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig.preset("tiny", src_vocab_size=30, dropout=0.0, attention_dropout=0.0)
+    model = Transformer(cfg)
+    src = torch.randint(4, 30, (3, 6))
+    src[1, 4:] = cfg.pad_id
+    tgt = torch.randint(4, 30, (3, 5))
+    tgt[2, 2:] = cfg.pad_id
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    loss, nll = label_smoothed_loss(model(src, tgt_in), tgt_out, cfg.pad_id, epsilon=0.1)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    loss2, nll2 = TranslationLoss(model, label_smoothing=0.1, chunk_tokens=chunk_tokens)(src, tgt_in, tgt_out)
+    loss2.backward()
+    torch.testing.assert_close(loss2, loss)
+    torch.testing.assert_close(nll2, nll)
+    assert grads.keys() == {n for n, p in model.named_parameters() if p.grad is not None}
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, grads[name], msg=name)

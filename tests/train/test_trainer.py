@@ -45,14 +45,38 @@ def test_resume_continues_exactly(tmp_path: Path, recipe: Recipe, sampled: bool)
 
 def test_a_resumed_log_keeps_its_rows_on_disk_before_the_first_new_one(tmp_path: Path, recipe: Recipe) -> None:
     """Resuming rewrites log.csv without the rows past the checkpoint; the kept rows must be on disk at once
-    (a run killed before its next log row once left an empty log.csv: the rows sat in a write buffer)."""
+    (a run killed before its next log row must not leave an empty log.csv, its rows in a write buffer)."""
     Trainer(recipe(max_steps=4, valid_every=2), tmp_path).train()
     before = (tmp_path / "log.csv").read_text()
-    log_file, _ = Trainer(recipe(max_steps=8, valid_every=2), tmp_path, resume=True)._csv_log()
+    training_log = Trainer(recipe(max_steps=8, valid_every=2), tmp_path, resume=True)._open_log()
     try:
         assert (tmp_path / "log.csv").read_text() == before
     finally:
-        log_file.close()
+        training_log.close()
+
+
+def test_building_a_trainer_leaves_the_process_settings_alone(tmp_path: Path, recipe: Recipe) -> None:
+    """Threads and the global RNG are the caller's (configure_process): constructing a Trainer, fresh
+    or resumed, changes neither, though the recipe names a thread count and a seed."""
+    Trainer(recipe(max_steps=3), tmp_path / "run").train()
+    torch.set_num_threads(2)
+    torch.manual_seed(99)
+    state = torch.get_rng_state()
+    for resume in (False, True):
+        cfg = recipe(max_steps=6, threads=1, seed=5)
+        Trainer(cfg, tmp_path / ("run" if resume else "fresh"), resume=resume)
+        assert torch.get_num_threads() == 2
+        assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_the_model_and_dropout_come_from_the_recipe_seed_alone(tmp_path: Path, recipe: Recipe) -> None:
+    """Whatever the process's random state, a run with the same recipe trains the same weights."""
+    for name, seed in (("a", 1), ("b", 2)):
+        torch.manual_seed(seed)
+        Trainer(recipe(max_steps=3), tmp_path / name).train()
+    a, b = weights(tmp_path / "a", 3), weights(tmp_path / "b", 3)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
 
 
 def test_a_run_is_not_overwritten_without_resume(tmp_path: Path, recipe: Recipe) -> None:

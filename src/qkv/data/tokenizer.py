@@ -1,42 +1,58 @@
 """Subword tokenization with SentencePiece (Kudo & Richardson, 2018).
 
 The paper used byte-pair encoding with a shared source-target vocabulary of about 37000 tokens for
-English-German; SentencePiece trains BPE or unigram models straight from raw text, so no language-specific
-pre-tokenizer is needed. Ids follow the project convention: pad=0, unk=1, bos=2, eos=3.
+English-German; SentencePiece trains BPE or unigram models straight from raw text, so no
+language-specific pre-tokenizer is needed. Ids follow the project convention: pad=0, unk=1, bos=2,
+eos=3.
 
-Two choices make the tokenizer lossless, `decode(encode(text)) == text` up to runs of whitespace, which
-matters because translations are scored on their detokenized text against raw references:
+Two choices make the tokenizer lossless, `decode(encode(text)) == text` up to runs of whitespace,
+which matters because translations are scored on their detokenized text against raw references:
 
-* normalization is `identity`: SentencePiece's default NFKC would, for instance, turn the Chinese full-width
-  comma "，" into ","; punctuation normalization is the scorer's job (see `qkv.apps.evaluate`);
+* normalization is `identity`: SentencePiece's default NFKC would, for instance, turn the Chinese
+  full-width comma "，" into ","; punctuation normalization is the scorer's job (see
+  `qkv.apps.evaluate`);
 * for scripts with thousands of characters (CJK) the character coverage is 0.9995, as SentencePiece
-  recommends, and the rare characters left out of the vocabulary fall back to their UTF-8 bytes instead of
-  becoming <unk>.
+  recommends, and the rare characters left out of the vocabulary fall back to their UTF-8 bytes
+  instead of becoming <unk>.
 
-With `lowercase` (recorded in `tokenizer.json`), every text is lowercased before it is encoded, at training
-and at translation time, so the model reads and writes lowercase only — the setup of the Multi30k papers,
-whose BLEU is computed on lowercased text.
+With `lowercase` (recorded in `tokenizer.json`), every text is lowercased before it is encoded, at
+training and at translation time, so the model reads and writes lowercase only — the setup of the
+Multi30k papers, whose BLEU is computed on lowercased text.
 
-Files in a tokenizer directory: `tokenizer.json` and either `spm.model` (joint) or `spm.src.model` and
-`spm.tgt.model` (separate).
+Files in a tokenizer directory (their names come from `qkv.modeldir`, which writes them atomically):
+`tokenizer.json` and either `spm.model` (joint) or `spm.src.model` and `spm.tgt.model` (separate).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
 import sentencepiece as spm
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-CONFIG_FILE = "tokenizer.json"
-JOINT_MODEL, SRC_MODEL, TGT_MODEL = "spm.model", "spm.src.model", "spm.tgt.model"
+from ..modeldir import (
+    SPM_JOINT_FILE,
+    SPM_SRC_FILE,
+    SPM_TGT_FILE,
+    TOKENIZER_FILE,
+    CheckpointError,
+    atomic_write_bytes,
+    atomic_write_json,
+    read_json,
+)
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+CONFIG_KEYS = ("joint", "model_type", "vocab_size", "lowercase")  # tokenizer.json
 
 # CJK ideographs (and extension A, compatibility ideographs), kana, and hangul.
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u1100-\u11ff\uac00-\ud7af]")
+_CJK = re.compile(
+    r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u1100-\u11ff\uac00-\ud7af]"
+)
 CJK_FRACTION = 0.01  # above this fraction of CJK characters, the text counts as CJK
 
 
@@ -85,22 +101,26 @@ def _train_model(
 
 
 def seed_sampling(seed: int) -> None:
-    """Seed SentencePiece's sampler: `encode_*(..., dropout > 0)` calls that follow (in this thread) then draw
-    the same segmentations every time."""
+    """Seed SentencePiece's sampler: `encode_*(..., dropout > 0)` calls that follow (in this thread)
+    then draw the same segmentations every time."""
     spm.set_random_generator_seed(seed)
 
 
 def _encode(sp: spm.SentencePieceProcessor, texts: list[str], dropout: float) -> list[list[int]]:
-    """Ids of `texts`; with `dropout` > 0, a segmentation sampled afresh on every call (subword regularization).
+    """Ids of `texts`; with `dropout` > 0, a segmentation sampled afresh on every call (subword
+    regularization).
 
-    For a BPE model this is BPE-dropout (Provilkov et al., 2020): each merge is skipped with probability
-    `dropout`, so words come out in smaller, varying pieces (0.1 is the paper's value). For a unigram model
-    it samples from the segmentation lattice with SentencePiece's smoothing `alpha` = `dropout` (Kudo, 2018).
-    One thread, so that `seed_sampling` makes the draws reproducible.
+    For a BPE model this is BPE-dropout (Provilkov et al., 2020): each merge is skipped with
+    probability `dropout`, so words come out in smaller, varying pieces (0.1 is the paper's value).
+    For a unigram model it samples from the segmentation lattice with SentencePiece's smoothing
+    `alpha` = `dropout` (Kudo, 2018). One thread, so that `seed_sampling` makes the draws
+    reproducible.
     """
     if dropout == 0.0:
         return sp.encode(texts, out_type=int)
-    return sp.encode(texts, out_type=int, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1)
+    return sp.encode(
+        texts, out_type=int, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1
+    )
 
 
 def _strip_specials(ids: list[int]) -> list[int]:
@@ -119,14 +139,22 @@ class SubwordTokenizer:
     eos_id = EOS_ID
 
     def __init__(self, src_proto: bytes, tgt_proto: bytes, config: dict) -> None:
-        self.config = {"lowercase": False, **config}  # tokenizers saved before `lowercase` existed: cased
-        self._src_proto, self._tgt_proto = src_proto, tgt_proto
+        """config: the settings of `tokenizer.json`, one value for each of CONFIG_KEYS."""
+        missing = [key for key in CONFIG_KEYS if key not in config]
+        if missing:
+            raise ValueError(f"tokenizer config lacks {missing}")
+        self.config = dict(config)
+        self._src_proto = src_proto
+        self._tgt_proto = tgt_proto
         self.src_sp = spm.SentencePieceProcessor(model_proto=src_proto)
-        self.tgt_sp = self.src_sp if config["joint"] else spm.SentencePieceProcessor(model_proto=tgt_proto)
+        if config["joint"]:
+            self.tgt_sp = self.src_sp
+        else:
+            self.tgt_sp = spm.SentencePieceProcessor(model_proto=tgt_proto)
         for sp in (self.src_sp, self.tgt_sp):
             got = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
             if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-                raise ValueError(f"SentencePiece model has special ids {got}, expected (0, 1, 2, 3)")
+                raise ValueError(f"SentencePiece model has special ids {got}, expected 0, 1, 2, 3")
 
     @classmethod
     def train(
@@ -151,52 +179,68 @@ class SubwordTokenizer:
         character_coverage: None picks 0.9995 for CJK text and 1.0 otherwise, per model.
         seed, num_threads: training is deterministic for fixed values of both (the model depends on
             num_threads).
-        max_sentences: train on a random sample of this many sentences (per model) of a larger corpus.
+        max_sentences: train on a random sample of this many sentences (per model) of a larger
+            corpus.
         lowercase: lowercase all text, here and in every `encode_*` call.
         """
         if model_type not in ("unigram", "bpe"):
             raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
         args = (vocab_size, model_type, character_coverage, seed, num_threads, max_sentences)
         if lowercase:
-            texts_src, texts_tgt = [t.lower() for t in texts_src], [t.lower() for t in texts_tgt]
+            texts_src = [t.lower() for t in texts_src]
+            texts_tgt = [t.lower() for t in texts_tgt]
         if joint:
             src_proto = tgt_proto = _train_model(texts_src + texts_tgt, *args)
         else:
-            src_proto, tgt_proto = _train_model(texts_src, *args), _train_model(texts_tgt, *args)
-        config = {"joint": joint, "model_type": model_type, "vocab_size": vocab_size, "lowercase": lowercase}
+            src_proto = _train_model(texts_src, *args)
+            tgt_proto = _train_model(texts_tgt, *args)
+        config = {
+            "joint": joint,
+            "model_type": model_type,
+            "vocab_size": vocab_size,
+            "lowercase": lowercase,
+        }
         tokenizer = cls(src_proto, tgt_proto, config)
         tokenizer.save(out_dir)
         return tokenizer
 
     @classmethod
     def load(cls, directory: str | Path) -> SubwordTokenizer:
-        """Load a tokenizer saved by `save` (or `train`)."""
+        """Load a tokenizer saved by `save` (or `train`); a missing or incomplete file is a
+        CheckpointError."""
         directory = Path(directory)
-        config = json.loads((directory / CONFIG_FILE).read_text())
-        if config["joint"]:
-            src_proto = tgt_proto = (directory / JOINT_MODEL).read_bytes()
-        else:
-            src_proto, tgt_proto = (directory / SRC_MODEL).read_bytes(), (directory / TGT_MODEL).read_bytes()
-        return cls(src_proto, tgt_proto, config)
+        config = read_json(directory / TOKENIZER_FILE)
+        try:
+            if config["joint"]:
+                src_proto = tgt_proto = (directory / SPM_JOINT_FILE).read_bytes()
+            else:
+                src_proto = (directory / SPM_SRC_FILE).read_bytes()
+                tgt_proto = (directory / SPM_TGT_FILE).read_bytes()
+            return cls(src_proto, tgt_proto, config)
+        except (KeyError, OSError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"cannot load the tokenizer in {directory}: {e}") from e
 
     def save(self, directory: str | Path) -> None:
-        """Write `tokenizer.json` and the model file(s) to `directory`."""
+        """Write `tokenizer.json` and the model file(s) to `directory`, each atomically."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         if self.config["joint"]:
-            (directory / JOINT_MODEL).write_bytes(self._src_proto)
+            atomic_write_bytes(directory / SPM_JOINT_FILE, self._src_proto)
         else:
-            (directory / SRC_MODEL).write_bytes(self._src_proto)
-            (directory / TGT_MODEL).write_bytes(self._tgt_proto)
-        (directory / CONFIG_FILE).write_text(json.dumps(self.config, indent=2) + "\n")
+            atomic_write_bytes(directory / SPM_SRC_FILE, self._src_proto)
+            atomic_write_bytes(directory / SPM_TGT_FILE, self._tgt_proto)
+        atomic_write_json(directory / TOKENIZER_FILE, self.config)
 
     def same_as(self, other: SubwordTokenizer) -> bool:
-        """Whether `other` segments and numbers every text as this one does (the same models and config)."""
-        return (self.config, self._src_proto, self._tgt_proto) == (other.config, other._src_proto, other._tgt_proto)
+        """Whether `other` segments and numbers every text as this one does (the same models and
+        config)."""
+        mine = (self.config, self._src_proto, self._tgt_proto)
+        return mine == (other.config, other._src_proto, other._tgt_proto)
 
     @property
     def lowercase(self) -> bool:
-        """Whether texts are lowercased before they are encoded (the model then writes lowercase)."""
+        """Whether texts are lowercased before they are encoded (the model then writes
+        lowercase)."""
         return bool(self.config["lowercase"])
 
     @property
@@ -207,13 +251,18 @@ class SubwordTokenizer:
     def tgt_vocab_size(self) -> int:
         return self.tgt_sp.get_piece_size()
 
+    def _normalize_case(self, texts: list[str]) -> list[str]:
+        return [t.lower() for t in texts] if self.lowercase else texts
+
     def encode_src(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
-        """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see `_encode`."""
-        return _encode(self.src_sp, [t.lower() for t in texts] if self.lowercase else texts, dropout)
+        """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see
+        `_encode`."""
+        return _encode(self.src_sp, self._normalize_case(texts), dropout)
 
     def encode_tgt(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
-        """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see `_encode`."""
-        return _encode(self.tgt_sp, [t.lower() for t in texts] if self.lowercase else texts, dropout)
+        """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see
+        `_encode`."""
+        return _encode(self.tgt_sp, self._normalize_case(texts), dropout)
 
     def decode_src(self, ids: list[list[int]]) -> list[str]:
         """Ids -> sentences; each sequence stops at its first eos, and pad and bos are skipped."""

@@ -1,26 +1,63 @@
-"""Keep freed memory in the process (Linux/glibc): a CPU speed-up for training and batched decoding.
+"""Process-wide settings: the one place where qkv changes the whole process.
 
-A training step allocates and frees the same large tensors every time (a batch of logits at d_model 128 and a
-10k vocabulary is ~250 MB). glibc serves blocks above 32 MB with mmap and gives them back with munmap on free,
-and trims the heap top above 128 kB, so every step pays page faults to map the same memory again and the kernel
-zeroes it: on 2 cores that was a third of the step (`sys` time). Turning both off keeps the memory once
-touched, as tcmalloc or jemalloc would; the process's RSS then stays at its peak instead of breathing.
-Measured on the multi30k-small recipe (2 cores): 2.75k -> 4.16k target tokens/s (docs/benchmarks.md).
+Thread count, the allocator's behaviour and the global random seeds belong to the process, not to
+a model or a trainer: the command line (`qkv train`, `qkv demo`) calls `configure_process` once,
+before it builds anything, and building a `Trainer` or a `Translator` changes none of them (while
+it trains, `Trainer.train()` draws dropout from torch's generator, from a state of its own: see
+`qkv.train.trainer`). A Python program that wants the command line's settings calls
+`configure_process` itself:
+
+    configure_process(**cfg.process_settings())   # threads=..., seed=..., keep_freed_memory=...
+    Trainer(cfg, "runs/m30k").train()
+
+`keep_freed_memory` (Linux/glibc) keeps freed memory in the process. A training step allocates and
+frees the same large tensors every time (a batch of logits is hundreds of MB at a 10k vocabulary).
+glibc serves blocks above 32 MB with mmap and gives them back with munmap on free, and trims the
+heap top above 128 kB, so every step pays page faults to map the same memory again and the kernel
+zeroes it. Turning both off keeps the memory once touched, as tcmalloc or jemalloc would; the
+process's RSS then stays at its peak instead of breathing. docs/benchmarks.md measures what it gains
+for training on the CPU.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import random
 import sys
+
+import numpy as np
+import torch
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_MAX = -4
 
 
+def configure_process(
+    threads: int | None = None, seed: int | None = None, keep_freed_memory: bool = False
+) -> None:
+    """Set the process-wide settings; None / False leaves a setting as it is.
+
+    threads: torch's intra-op threads (CPU matrix products and the like).
+    seed: seeds torch (CPU and CUDA), numpy's and Python's global generators. (A `Trainer` draws its
+        model initialization and dropout from its own recipe's seed, so training is reproducible
+        whatever the process's seed.)
+    keep_freed_memory: ask glibc to keep freed memory (see the module docstring); for CPU training.
+    """
+    if threads:
+        torch.set_num_threads(threads)
+    if seed is not None:
+        torch.manual_seed(seed)
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+    if keep_freed_memory:
+        _keep_freed_memory()
+
+
 def keep_freed_memory() -> bool:
-    """Ask glibc never to mmap large blocks nor trim the heap. Returns False where that is not possible
-    (not Linux, not glibc); calling it again is harmless."""
+    """Ask glibc never to mmap large blocks nor trim the heap (the allocator setting of
+    `configure_process`). Returns False where that is not possible (not Linux, not glibc); calling
+    it again is harmless."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -28,5 +65,11 @@ def keep_freed_memory() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # musl and others have no mallopt
         return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, -1))  # -1: SIZE_MAX, never trim
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    never_mmap = bool(mallopt(_M_MMAP_MAX, 0))
+    never_trim = bool(mallopt(_M_TRIM_THRESHOLD, -1))  # -1: SIZE_MAX
+    return never_mmap and never_trim
+
+
+_keep_freed_memory = keep_freed_memory  # for configure_process, whose argument shadows the name

@@ -1,4 +1,4 @@
-"""Training: data preparation, loss, schedules, the trainer loop, checkpoints, distributed helpers."""
+"""Training: the recipe, data preparation, loss, schedules, the trainer loop, checkpoints, DDP."""
 
 from .recipe import TrainConfig, load_train_config, parse_overrides
 from .trainer import Trainer, TrainResult

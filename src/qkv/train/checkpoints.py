@@ -1,18 +1,19 @@
 """Training checkpoints: everything needed to continue a run exactly, with no pickle.
 
     OUT/checkpoints/step_00001000/model.safetensors      weights
-    OUT/checkpoints/step_00001000/optimizer.safetensors  optimizer tensors (Adam moments) and RNG states
-    OUT/checkpoints/step_00001000/trainer_state.json     step, data position, scheduler, scalars, history
+    OUT/checkpoints/step_00001000/optimizer.safetensors  optimizer tensors (Adam), RNG states
+    OUT/checkpoints/step_00001000/trainer_state.json     step, data position, scheduler, history
 
 A checkpoint directory is written under a temporary name and renamed when complete, so a run killed
-mid-write leaves no half checkpoint; resume takes the newest complete one.
+mid-write leaves no half checkpoint; resume takes the newest complete one. The files inside are
+written with the model directory's atomic writers (`qkv.modeldir`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,46 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..modeldir import CheckpointError, load_weights, read_json, save_weights
+from ..modeldir import (
+    WEIGHTS_FILE,
+    CheckpointError,
+    atomic_write,
+    atomic_write_json,
+    load_weights,
+    read_json,
+    save_weights,
+)
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
-MODEL_FILE = "model.safetensors"
+
+
+@dataclass
+class RngStates:
+    """The random state of one training process: torch's CPU generator and, when it trains on a
+    GPU, the current CUDA device's (where dropout draws from)."""
+
+    cpu: torch.Tensor
+    cuda: torch.Tensor | None = None
+
+    @classmethod
+    def current(cls, device: torch.device) -> RngStates:
+        cuda = torch.cuda.get_rng_state() if device.type == "cuda" else None
+        return cls(torch.get_rng_state(), cuda)
+
+    @classmethod
+    def seeded(cls, seed: int, device: torch.device) -> RngStates:
+        """The states `torch.manual_seed(seed)` would set, made without touching the process's."""
+        cuda = None
+        if device.type == "cuda":
+            cuda = torch.Generator(device).manual_seed(seed).get_state()
+        return cls(torch.Generator().manual_seed(seed).get_state(), cuda)
+
+    def apply(self) -> None:
+        """Make these the states of the process's generators."""
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state(self.cuda)
 
 
 def checkpoint_dir(root: Path, step: int) -> Path:
@@ -36,10 +72,14 @@ def list_checkpoints(root: Path) -> list[Path]:
     folder = root / "checkpoints"
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if p.name.startswith("step_") and (p / STATE_FILE).is_file())
+    return sorted(
+        p for p in folder.iterdir() if p.name.startswith("step_") and (p / STATE_FILE).is_file()
+    )
 
 
-def split_optimizer_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def split_optimizer_state(
+    state: dict[str, Any],
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """An optimizer state_dict -> (tensors for safetensors, everything else for JSON)."""
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
@@ -63,42 +103,60 @@ def join_optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any])
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
-def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    trainer_state: dict[str, Any], rng_states: list[torch.Tensor]) -> Path:
-    """Write checkpoints/step_N atomically (temporary directory, then rename)."""
+def save_checkpoint(
+    root: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    trainer_state: dict[str, Any],
+    rng: list[RngStates],
+) -> Path:
+    """Write checkpoints/step_N atomically (temporary directory, then rename).
+
+    rng: the random states of every rank, rank 0 first (rank 0's CUDA state is the one kept).
+    """
     final = checkpoint_dir(root, step)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_weights(tmp / MODEL_FILE, model)
+    save_weights(tmp / WEIGHTS_FILE, model)
     tensors, meta = split_optimizer_state(optimizer.state_dict())
-    for rank, rng in enumerate(rng_states):
-        tensors[f"rng.torch.{rank}"] = rng
-    if torch.cuda.is_available():
-        tensors["rng.cuda"] = torch.cuda.get_rng_state()
-    save_file(tensors, str(tmp / OPTIMIZER_FILE))
-    (tmp / STATE_FILE).write_text(json.dumps({**trainer_state, "optimizer": meta}, indent=1) + "\n")
+    for rank, states in enumerate(rng):
+        tensors[f"rng.torch.{rank}"] = states.cpu
+    if rng[0].cuda is not None:
+        tensors["rng.cuda"] = rng[0].cuda
+    atomic_write(tmp / OPTIMIZER_FILE, lambda p: save_file(tensors, str(p)))
+    atomic_write_json(tmp / STATE_FILE, {**trainer_state, "optimizer": meta})
     if final.exists():  # the same step written again (e.g. a resumed run that stopped at once)
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
 
 
-def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, rank: int,
-                    device: torch.device) -> dict[str, Any]:
-    """Restore model, optimizer and this rank's RNG from a step checkpoint; return the trainer state."""
+def load_checkpoint(
+    path: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    rank: int,
+    device: torch.device,
+) -> tuple[dict[str, Any], RngStates]:
+    """Restore model and optimizer from a step checkpoint.
+
+    Returns the trainer state and the random states saved for `rank` (training on `device`), for
+    the caller to apply when training resumes. A rank the checkpoint has no state for (a run resumed
+    on more processes than wrote it) gets rank 0's.
+    """
     state = read_json(path / STATE_FILE)
-    load_weights(path / MODEL_FILE, model, device)
+    load_weights(path / WEIGHTS_FILE, model)
     try:
         tensors = load_file(str(path / OPTIMIZER_FILE))
     except Exception as e:  # safetensors raises its own error type for truncated files
         raise CheckpointError(f"cannot read {path / OPTIMIZER_FILE}: {e}") from e
     optimizer.load_state_dict(join_optimizer_state(tensors, state.pop("optimizer")))
-    rng_key = f"rng.torch.{rank}" if f"rng.torch.{rank}" in tensors else "rng.torch.0"
-    torch.set_rng_state(tensors[rng_key])
-    if "rng.cuda" in tensors and torch.cuda.is_available():
-        torch.cuda.set_rng_state(tensors["rng.cuda"])
-    return state
+    own = f"rng.torch.{rank}"
+    cpu = tensors[own] if own in tensors else tensors["rng.torch.0"]
+    cuda = tensors.get("rng.cuda") if device.type == "cuda" else None
+    return state, RngStates(cpu, cuda)
 
 
 def prune_checkpoints(root: Path, keep: int) -> None:

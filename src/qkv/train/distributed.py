@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -25,13 +28,21 @@ class DistEnv:
         return self.rank == 0
 
 
-def init_distributed(device: str) -> tuple[DistEnv, torch.device]:
-    """Join the process group torchrun set up (if any) and pick this process's device."""
-    env = DistEnv(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                  int(os.environ.get("LOCAL_RANK", 0)))
+def resolve_device(device: str) -> torch.device:
+    """A config's device name as a torch.device; "auto" is cuda where available, else cpu."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    return torch.device(device)
+
+
+def init_distributed(device: str) -> tuple[DistEnv, torch.device]:
+    """Join the process group torchrun set up (if any) and pick this process's device."""
+    env = DistEnv(
+        rank=int(os.environ.get("RANK", 0)),
+        world_size=int(os.environ.get("WORLD_SIZE", 1)),
+        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+    )
+    dev = resolve_device(device)
     if dev.type == "cuda":
         dev = torch.device("cuda", env.local_rank if env.enabled else (dev.index or 0))
         torch.cuda.set_device(dev)
@@ -54,14 +65,13 @@ def barrier(env: DistEnv) -> None:
         dist.barrier()
 
 
-def gather_rng_states(env: DistEnv) -> list[torch.Tensor]:
-    """Every process's torch RNG state (for exact resume), gathered on all ranks."""
-    state = torch.get_rng_state()
+def all_gather(value: T, env: DistEnv) -> list[T]:
+    """Every process's `value` (any picklable object), in rank order, on all ranks."""
     if not env.enabled:
-        return [state]
-    states: list[torch.Tensor | None] = [None] * env.world_size
-    dist.all_gather_object(states, state)
-    return [s for s in states if s is not None]
+        return [value]
+    values: list[T | None] = [None] * env.world_size
+    dist.all_gather_object(values, value)
+    return [v for v in values if v is not None]
 
 
 def cleanup(env: DistEnv) -> None:

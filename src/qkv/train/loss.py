@@ -1,17 +1,17 @@
-"""Label-smoothed cross entropy (paper 5.4, eps_ls = 0.1), summed over the real (non-pad) target tokens.
+"""Label-smoothed cross entropy (paper 5.4, eps_ls = 0.1), summed over the real (non-pad) target
+tokens.
 
     loss = (1 - eps) * (-log p(y)) + eps * mean_k(-log p(k))
 
-the definition `F.cross_entropy(..., label_smoothing=eps)` uses, written out so that one log-softmax serves
-both the smoothed loss and the plain NLL (for perplexity): over a large vocabulary the log-softmax is a good
-part of a small model's step. Sums, not means, are returned so that batches accumulated over several steps
-(or devices) can be divided by their total token count exactly once.
+the definition `F.cross_entropy(..., label_smoothing=eps)` uses, written out so that one log-softmax
+serves both the smoothed loss and the plain NLL (for perplexity): over a large vocabulary the
+log-softmax is a good part of a small model's step. Sums, not means, are returned so that batches
+accumulated over several steps (or devices) can be divided by their total token count exactly once.
 
 In training the loss starts from the decoder's hidden states instead of the logits
-(`label_smoothed_loss_from_hidden`): the pad positions are dropped before the output projection, and the
-projection + log-softmax can run in chunks of tokens that are recomputed in the backward pass, so that the
-(tokens x vocabulary) logits never exist at once — at d_model 128 and a 10k vocabulary they are most of a
-step's memory traffic.
+(`TranslationLoss`, `label_smoothed_loss_from_hidden`): the pad positions are dropped before the
+output projection, and the projection + log-softmax can run in chunks of tokens that are recomputed
+in the backward pass, so that the (tokens x vocabulary) logits never exist at once.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
+
+from ..model import Transformer
+from ..model.masks import padding_mask
 
 
 def _sums(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
@@ -29,23 +32,78 @@ def _sums(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tenso
     return ((1.0 - epsilon) * nll + epsilon * smooth).sum(), nll.detach().sum()
 
 
-def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int, epsilon: float = 0.1) -> tuple[Tensor, Tensor]:
-    """logits (B, T, V), target (B, T) -> (smoothed loss sum, plain NLL sum) over non-pad targets."""
+def label_smoothed_loss(
+    logits: Tensor, target: Tensor, pad_id: int, epsilon: float = 0.1
+) -> tuple[Tensor, Tensor]:
+    """logits (B, T, V), target (B, T) -> (smoothed loss sum, plain NLL sum) over the non-pad
+    targets."""
     real = target.flatten() != pad_id  # (N,)
     return _sums(logits.flatten(0, 1)[real], target.flatten()[real], epsilon)
 
 
-def label_smoothed_loss_from_hidden(hidden: Tensor, generator: nn.Module, target: Tensor, pad_id: int,
-                                    epsilon: float = 0.1, chunk_tokens: int | None = None) -> tuple[Tensor, Tensor]:
-    """hidden (B, T, D) -> generator -> the loss of `label_smoothed_loss`, without the pad positions' logits.
-    With chunk_tokens, `chunk_tokens` real tokens at a time, each chunk's logits recomputed in backward."""
+def label_smoothed_loss_from_hidden(
+    hidden: Tensor,
+    projection: nn.Module,
+    target: Tensor,
+    pad_id: int,
+    epsilon: float = 0.1,
+    chunk_tokens: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """hidden (B, T, D) -> projection -> the loss of `label_smoothed_loss`, without the pad
+    positions' logits. With chunk_tokens, that many real tokens at a time, each chunk's logits
+    recomputed in the backward pass."""
     real = target != pad_id  # (B, T)
-    h, y = hidden[real], target[real]  # (n, D), (n,)
+    h = hidden[real]  # (n, D)
+    y = target[real]  # (n,)
     if not chunk_tokens or len(y) <= chunk_tokens:
-        return _sums(generator(h), y, epsilon)
+        return _sums(projection(h), y, epsilon)
+
+    def chunk_sums(h_part: Tensor, y_part: Tensor) -> tuple[Tensor, Tensor]:
+        return _sums(projection(h_part), y_part, epsilon)
+
     loss = nll = None
     for i in range(0, len(y), chunk_tokens):
-        part, part_nll = checkpoint(lambda h_, y_: _sums(generator(h_), y_, epsilon), h[i : i + chunk_tokens],
-                                    y[i : i + chunk_tokens], use_reentrant=False)
-        loss, nll = (part, part_nll) if loss is None else (loss + part, nll + part_nll)
+        part = slice(i, i + chunk_tokens)
+        part_loss, part_nll = checkpoint(chunk_sums, h[part], y[part], use_reentrant=False)
+        loss = part_loss if loss is None else loss + part_loss
+        nll = part_nll if nll is None else nll + part_nll
     return loss, nll
+
+
+class TranslationLoss(nn.Module):
+    """A Transformer's training objective: (src, tgt_in, tgt_out) -> (loss sum, NLL sum).
+
+        memory = model.encode(src)                    # (B, S, D)
+        hidden = model.decoder(tgt_in, memory)        # (B, T, D)
+        loss   = label-smoothed cross entropy of model.output_projection(hidden) vs tgt_out
+
+    Training wraps this module (not the bare model) in DistributedDataParallel, so that every
+    parameter the loss reaches, the output projection included, is synchronized across devices.
+
+    label_smoothing: eps_ls. chunk_tokens: run the output projection and the loss this many target
+    tokens at a time, recomputing each chunk's logits in the backward pass: less memory for a slower
+    step (docs/benchmarks.md); None: all at once.
+    """
+
+    def __init__(
+        self, model: Transformer, label_smoothing: float = 0.1, chunk_tokens: int | None = None
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S), tgt_in (B, T), tgt_out (B, T) -> (loss sum, NLL sum) over non-pad tgt_out."""
+        pad_id = self.model.config.pad_id
+        src_mask = padding_mask(src, pad_id)
+        memory = self.model.encode(src, src_mask)  # (B, S, D)
+        hidden, _ = self.model.decoder(tgt_in, memory, src_mask)  # (B, T, D)
+        return label_smoothed_loss_from_hidden(
+            hidden,
+            self.model.output_projection,
+            tgt_out,
+            pad_id,
+            self.label_smoothing,
+            self.chunk_tokens,
+        )

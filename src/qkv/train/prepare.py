@@ -1,5 +1,5 @@
-"""From raw parallel text to id sequences ready for batching: load, clean, train/load the tokenizer, encode,
-filter over-long pairs. Every drop is counted and reported."""
+"""From raw parallel text to id sequences ready for batching: load, clean, train or load the
+tokenizer, encode, filter over-long pairs. Every drop is counted and reported."""
 
 from __future__ import annotations
 
@@ -38,15 +38,25 @@ def _validation_split(name: str) -> str:
 def load_corpora(cfg: TrainConfig) -> tuple[ParallelCorpus, ParallelCorpus | None]:
     """The raw training and validation corpora the config names."""
     if cfg.corpus == "synthetic":
-        train, valid, _ = synthetic_splits(cfg.seed, cfg.synthetic_train, cfg.synthetic_valid, 0,
-                                           target=cfg.synthetic_target, max_value=cfg.synthetic_max_value)
+        train, valid, _ = synthetic_splits(
+            cfg.seed,
+            cfg.synthetic_train,
+            cfg.synthetic_valid,
+            0,
+            target=cfg.synthetic_target,
+            max_value=cfg.synthetic_max_value,
+        )
         return train, valid
     if cfg.corpus is not None:
         assert cfg.src_lang and cfg.tgt_lang
         args = (cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.download)
+        valid_split = cfg.valid_split or _validation_split(cfg.corpus)
         train = load_named(cfg.corpus, cfg.train_split, *args)
-        return train, load_named(cfg.corpus, cfg.valid_split or _validation_split(cfg.corpus), *args)
-    train = load_tsv(cfg.train_tsv) if cfg.train_tsv else load_parallel(cfg.train_src, cfg.train_tgt)  # type: ignore[arg-type]
+        return train, load_named(cfg.corpus, valid_split, *args)
+    if cfg.train_tsv:
+        train = load_tsv(cfg.train_tsv)
+    else:
+        train = load_parallel(cfg.train_src, cfg.train_tgt)  # type: ignore[arg-type]
     valid = None
     if cfg.valid_tsv:
         valid = load_tsv(cfg.valid_tsv)
@@ -55,14 +65,19 @@ def load_corpora(cfg: TrainConfig) -> tuple[ParallelCorpus, ParallelCorpus | Non
     return train, valid
 
 
-def filter_long(src: list[list[int]], tgt: list[list[int]], max_len: int,
-                max_ratio: float | None) -> tuple[list[int], int, int]:
-    """Indices of pairs to keep; counts of pairs dropped as too long and as over the length ratio."""
-    keep, too_long, ratio = [], 0, 0
+def filter_long(
+    src: list[list[int]], tgt: list[list[int]], max_len: int, max_ratio: float | None
+) -> tuple[list[int], int, int]:
+    """Indices of pairs to keep; counts of pairs dropped as too long and as over the length
+    ratio."""
+    keep: list[int] = []
+    too_long = 0
+    ratio = 0
     for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
-        if len(s) > max_len or len(t) > max_len:
+        shorter, longer = sorted((len(s), len(t)))
+        if longer > max_len:
             too_long += 1
-        elif max_ratio is not None and max(len(s), len(t)) > max_ratio * max(1, min(len(s), len(t))):
+        elif max_ratio is not None and longer > max_ratio * max(1, shorter):
             ratio += 1
         else:
             keep.append(i)
@@ -78,39 +93,68 @@ def prepare_data(cfg: TrainConfig, out_dir: Path, train_tokenizer: bool) -> Enco
         valid, vreport = clean(valid)
         log.info("validation data: %s", vreport)
     if train_tokenizer:
-        tokenizer = SubwordTokenizer.train(train.src, train.tgt, out_dir, vocab_size=cfg.vocab_size,
-                                           model_type=cfg.subword, joint=cfg.joint_vocab,
-                                           character_coverage=cfg.character_coverage, seed=cfg.seed,
-                                           lowercase=cfg.lowercase)
+        tokenizer = SubwordTokenizer.train(
+            train.src,
+            train.tgt,
+            out_dir,
+            vocab_size=cfg.vocab_size,
+            model_type=cfg.subword,
+            joint=cfg.joint_vocab,
+            character_coverage=cfg.character_coverage,
+            seed=cfg.seed,
+            lowercase=cfg.lowercase,
+        )
     else:
         tokenizer = SubwordTokenizer.load(out_dir)
-    if tokenizer.lowercase and valid is not None:  # the tokenizer lowercases what it encodes; the model writes
-        valid = ParallelCorpus(valid.src, [t.lower() for t in valid.tgt])  # lowercase: BLEU references to match
-    src, tgt = tokenizer.encode_src(train.src), tokenizer.encode_tgt(train.tgt)
+    if tokenizer.lowercase and valid is not None:
+        # the tokenizer lowercases what it encodes, so the model writes lowercase: BLEU references
+        # are lowercased to match
+        valid = ParallelCorpus(valid.src, [t.lower() for t in valid.tgt])
+    src = tokenizer.encode_src(train.src)
+    tgt = tokenizer.encode_tgt(train.tgt)
     keep, too_long, ratio = filter_long(src, tgt, cfg.max_len, cfg.max_ratio)
     if too_long or ratio:
-        log.info("dropped %d pairs longer than %d subwords and %d over the length ratio %s; %d remain",
-                 too_long, cfg.max_len, ratio, cfg.max_ratio, len(keep))
+        log.info(
+            "dropped %d pairs longer than %d subwords and %d over the length ratio %s; %d remain",
+            too_long,
+            cfg.max_len,
+            ratio,
+            cfg.max_ratio,
+            len(keep),
+        )
     if not keep:
         raise ValueError("no training pairs left after cleaning and length filtering")
-    # validation pairs are never dropped; over-long ones are cut for the loss (BLEU uses the full text)
-    valid_src = [s[: cfg.max_len] for s in tokenizer.encode_src(valid.src)] if valid is not None else []
-    valid_tgt = [t[: cfg.max_len] for t in tokenizer.encode_tgt(valid.tgt)] if valid is not None else []
-    kept = ParallelCorpus([train.src[i] for i in keep], [train.tgt[i] for i in keep])
-    return EncodedData(tokenizer, kept, [src[i] for i in keep], [tgt[i] for i in keep], valid, valid_src, valid_tgt)
+    # validation pairs are never dropped; over-long ones are cut to max_len subwords
+    valid_src: list[list[int]] = []
+    valid_tgt: list[list[int]] = []
+    if valid is not None:
+        valid_src = [s[: cfg.max_len] for s in tokenizer.encode_src(valid.src)]
+        valid_tgt = [t[: cfg.max_len] for t in tokenizer.encode_tgt(valid.tgt)]
+    return EncodedData(
+        tokenizer=tokenizer,
+        train=ParallelCorpus([train.src[i] for i in keep], [train.tgt[i] for i in keep]),
+        train_src=[src[i] for i in keep],
+        train_tgt=[tgt[i] for i in keep],
+        valid=valid,
+        valid_src=valid_src,
+        valid_tgt=valid_tgt,
+    )
 
 
-def sample_segmentation(data: EncodedData, dropout: float, seed: int, max_len: int
-                        ) -> tuple[list[list[int]], list[list[int]]]:
-    """The training pairs' ids under one draw of subword dropout (BPE-dropout), reproducible from `seed`.
+def sample_segmentation(
+    data: EncodedData, dropout: float, seed: int, max_len: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """The training pairs' ids under one draw of subword dropout (BPE-dropout), reproducible from
+    `seed`.
 
-    A pair whose sampled form has a side longer than `max_len` keeps its deterministic ids, so the set of
-    pairs, and their number, is that of `data` in every draw.
+    A pair whose sampled form has a side longer than `max_len` keeps its deterministic ids, so the
+    set of pairs, and their number, is that of `data` in every draw.
     """
     seed_sampling(seed)
     src = data.tokenizer.encode_src(data.train.src, dropout)
     tgt = data.tokenizer.encode_tgt(data.train.tgt, dropout)
     for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
         if len(s) > max_len or len(t) > max_len:
-            src[i], tgt[i] = data.train_src[i], data.train_tgt[i]
+            src[i] = data.train_src[i]
+            tgt[i] = data.train_tgt[i]
     return src, tgt

@@ -1,5 +1,6 @@
-"""`TrainConfig`: the training recipe. YAML files in configs/ set it; every `--key value` on the command line
-overrides one key (`--model.d_model 256` for the model); an unknown key is an error that names it."""
+"""`TrainConfig`: the training recipe. YAML files in configs/ set it; every `--key value` on the
+command line overrides one key (`--model.d_model 256` for the model); an unknown key is an error
+that names it."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from typing import Any
 import yaml
 
 from ..config import PRESETS, TransformerConfig, dataclass_from_dict
+from .distributed import resolve_device
 from .schedule import lr_multiplier
 
 
 @dataclass
 class TrainConfig:
     # --- data: a named corpus, your own files, or the built-in synthetic corpus
-    corpus: str | None = None  # "multi30k", "tatoeba-zh-en", "synthetic"; None: the *_src/*_tgt files
+    corpus: str | None = None  # "multi30k", "tatoeba-zh-en", "synthetic"; None: the files below
     src_lang: str | None = None
     tgt_lang: str | None = None
     data_dir: str | None = None  # where named corpora live (else $QKV_DATA_DIR, else the cache)
@@ -41,8 +43,10 @@ class TrainConfig:
     subword: str = "unigram"  # or "bpe"
     joint_vocab: bool = True
     character_coverage: float | None = None  # None: 0.9995 for CJK text, 1.0 otherwise
-    subword_dropout: float = 0.0  # > 0: training pairs re-segmented every epoch with BPE-dropout of this rate
-    lowercase: bool = False  # lowercase all text (training, validation, translation input); output is lowercase
+    # > 0: the training pairs are re-segmented every epoch with BPE-dropout of this rate
+    subword_dropout: float = 0.0
+    # lowercase all text (training, validation, translation input); the model writes lowercase
+    lowercase: bool = False
     # --- model: a preset plus any TransformerConfig field
     preset: str = "base"
     model: dict[str, Any] = field(default_factory=dict)
@@ -57,11 +61,14 @@ class TrainConfig:
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
-    loss_chunk_tokens: int | None = None  # projection + loss N tokens at a time: less memory, ~15% slower here
+    # the output projection + loss N target tokens at a time: less memory, slower steps
+    # (TranslationLoss; docs/benchmarks.md); None: all tokens at once
+    loss_chunk_tokens: int | None = None
     clip_norm: float = 0.0  # 0: no clipping
     max_steps: int = 100_000
     max_epochs: int | None = None
-    max_hours: float | None = None  # training time budget (across resumes): stop at the last checkpoint within it
+    # training time budget (across resumes): stop at the last checkpoint within it
+    max_hours: float | None = None
     # --- validation and checkpoints
     valid_every: int = 1000  # updates; also when checkpoints are written
     valid_metric: str = "bleu"  # "bleu" (higher is better) or "loss"
@@ -74,9 +81,13 @@ class TrainConfig:
     # --- machine
     seed: int = 1234
     device: str = "auto"  # "auto": cuda if available, else cpu
-    threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
+    # torch intra-op threads on the CPU, which `qkv train` sets through configure_process
+    # (qkv.runtime.process); None: torch's default
+    threads: int | None = None
     amp: bool = True  # bf16 autocast on CUDA
-    cpu_bf16: bool = False  # bf16 autocast on the CPU too (weights stay fp32); 10% slower on an AVX512-BF16 EPYC
+    # bf16 autocast on the CPU too (weights stay float32); its speed depends on the CPU's bf16
+    # support (docs/benchmarks.md)
+    cpu_bf16: bool = False
 
     def __post_init__(self) -> None:
         self.adam_betas = tuple(self.adam_betas)  # type: ignore[assignment]
@@ -88,32 +99,75 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig: {msg}")
 
         check(self.preset in PRESETS, f"preset={self.preset!r}; choose from {sorted(PRESETS)}")
-        check(self.subword in ("unigram", "bpe"), f"subword={self.subword!r}; choose 'unigram' or 'bpe'")
-        check(self.valid_metric in ("bleu", "loss"), f"valid_metric={self.valid_metric!r}; choose 'bleu' or 'loss'")
-        check(self.valid_metric != "bleu" or self.valid_bleu, "valid_metric 'bleu' needs valid_bleu: true")
-        for name in ("max_tokens", "accum_steps", "max_steps", "valid_every", "log_every", "vocab_size", "max_len"):
+        check(
+            self.subword in ("unigram", "bpe"),
+            f"subword={self.subword!r}; choose 'unigram' or 'bpe'",
+        )
+        check(
+            self.valid_metric in ("bleu", "loss"),
+            f"valid_metric={self.valid_metric!r}; choose 'bleu' or 'loss'",
+        )
+        check(
+            self.valid_metric != "bleu" or self.valid_bleu,
+            "valid_metric 'bleu' needs valid_bleu: true",
+        )
+        positive = (
+            "max_tokens",
+            "accum_steps",
+            "max_steps",
+            "valid_every",
+            "log_every",
+            "vocab_size",
+            "max_len",
+        )
+        for name in positive:
             check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        try:  # the schedule checks its own arguments: an unknown name, an annealed one without room to decay
+        try:  # the schedule checks its own arguments (an unknown name, no room to decay)
             lr_multiplier(self.schedule, self.warmup, self.max_steps)
         except ValueError as e:
             raise ValueError(f"TrainConfig: {e}") from e
-        check(self.max_hours is None or self.max_hours > 0, f"max_hours must be positive, got {self.max_hours}")
+        check(
+            self.max_hours is None or self.max_hours > 0,
+            f"max_hours must be positive, got {self.max_hours}",
+        )
         check(0.0 <= self.label_smoothing < 1.0, "label_smoothing must be in [0, 1)")
-        check(0.0 <= self.subword_dropout < 1.0, f"subword_dropout must be in [0, 1), got {self.subword_dropout}")
-        has_files = self.train_tsv is not None or (self.train_src is not None and self.train_tgt is not None)
-        check(self.corpus is not None or has_files,
-              "no training data: set corpus (multi30k, tatoeba-zh-en, synthetic) or train_src + train_tgt "
-              "(or train_tsv)")
-        check(self.corpus is None or self.corpus == "synthetic" or (self.src_lang and self.tgt_lang),
-              f"corpus {self.corpus!r} needs src_lang and tgt_lang")
-        self.model_config(1000, 1000)  # model keys are checked now, not after hours of data preparation
+        check(
+            0.0 <= self.subword_dropout < 1.0,
+            f"subword_dropout must be in [0, 1), got {self.subword_dropout}",
+        )
+        has_pair = self.train_src is not None and self.train_tgt is not None
+        check(
+            self.corpus is not None or self.train_tsv is not None or has_pair,
+            "no training data: set corpus (multi30k, tatoeba-zh-en, synthetic) or "
+            "train_src + train_tgt (or train_tsv)",
+        )
+        named = self.corpus is not None and self.corpus != "synthetic"
+        check(
+            not named or bool(self.src_lang and self.tgt_lang),
+            f"corpus {self.corpus!r} needs src_lang and tgt_lang",
+        )
+        self.model_config(1000, 1000)  # model keys are checked now, not after the data preparation
 
     def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
-        """The TransformerConfig of this recipe, for the vocabulary sizes of the trained tokenizer."""
-        overrides = {"src_vocab_size": src_vocab_size, "share_embeddings": self.joint_vocab, **self.model}
+        """The TransformerConfig of this recipe, for the vocabulary sizes of the trained
+        tokenizer."""
+        overrides = {
+            "src_vocab_size": src_vocab_size,
+            "share_embeddings": self.joint_vocab,
+            **self.model,
+        }
         if not self.joint_vocab:
             overrides.setdefault("tgt_vocab_size", tgt_vocab_size)
         return TransformerConfig.preset(self.preset, **overrides)
+
+    def process_settings(self) -> dict[str, Any]:
+        """The arguments of `qkv.runtime.process.configure_process` this recipe asks for: its
+        threads and seed, and keep_freed_memory when it trains on the CPU.
+
+            configure_process(**cfg.process_settings())
+        """
+        on_cpu = resolve_device(self.device).type == "cpu"
+        return {"threads": self.threads, "seed": self.seed, "keep_freed_memory": on_cpu}
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -126,7 +180,8 @@ class TrainConfig:
 
 
 def parse_overrides(args: list[str]) -> dict[str, Any]:
-    """['--lr', '0.001', '--model.d_model', '256', '--tensorboard', 'false'] -> nested dict with YAML-typed values."""
+    """['--lr', '0.001', '--model.d_model', '256', '--tensorboard', 'false'] -> a nested dict of
+    YAML-typed values."""
     out: dict[str, Any] = {}
     i = 0
     while i < len(args):
@@ -138,20 +193,26 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
             key, raw = key.split("=", 1)
             i += 1
         elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-            raw, i = args[i + 1], i + 2
+            raw = args[i + 1]
+            i += 2
         else:
-            raw, i = "true", i + 1  # a bare flag
-        key = key.replace("-", "_")  # --data-dir == --data_dir (the value keeps its dashes: --lr=2e-3)
-        value = yaml.safe_load(raw)  # "2e-3" stays a string here; dataclass_from_dict makes float fields floats
+            raw = "true"  # a bare flag
+            i += 1
+        key = key.replace("-", "_")  # --data-dir == --data_dir (a value keeps its dashes: 2e-3)
+        # "2e-3" stays a string here; dataclass_from_dict makes float fields floats
+        value = yaml.safe_load(raw)
         if key.startswith("model."):
-            out.setdefault("model", {})[key[len("model."):]] = value
+            out.setdefault("model", {})[key[len("model.") :]] = value
         else:
             out[key] = value
     return out
 
 
-def load_train_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Read a YAML recipe (or start from the defaults) and apply overrides; model overrides merge."""
+def load_train_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> TrainConfig:
+    """Read a YAML recipe (or start from the defaults) and apply overrides; model overrides
+    merge."""
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)

@@ -1,0 +1,77 @@
+"""Learning curves: OUT/log.csv, one row per logged or validated step, and OUT/tensorboard/."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from ..modeldir import atomic_write
+
+LOG_FIELDS = [
+    "step",
+    "epoch",
+    "lr",
+    "train_loss",
+    "train_ppl",
+    "tokens_per_s",
+    "valid_loss",
+    "valid_ppl",
+    "valid_bleu",
+    "elapsed_s",
+]
+
+
+class TrainingLog:
+    """Appends rows to OUT/log.csv (flushed at once) and, with `tensorboard`, to OUT/tensorboard/.
+
+    A resumed run (`step` > 0) keeps the rows up to its checkpoint's step and drops the later ones
+    (and a half-written last row of a killed run); the kept rows replace the log in one atomic
+    rename, so a kill at any moment loses none of them.
+    """
+
+    def __init__(self, out: Path, step: int, tensorboard: bool) -> None:
+        self.path = out / "log.csv"
+        kept = self._rows_up_to(step)
+
+        def write_kept(tmp: Path) -> None:
+            with open(tmp, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=LOG_FIELDS, extrasaction="ignore")
+                writer.writeheader()
+                writer.writerows(kept)
+
+        atomic_write(self.path, write_kept)
+        self._file = open(self.path, "a", newline="")  # noqa: SIM115 - closed in close()
+        self._csv = csv.DictWriter(self._file, fieldnames=LOG_FIELDS, extrasaction="ignore")
+        self._tensorboard: Any = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge_step = step + 1 if step else None
+            self._tensorboard = SummaryWriter(str(out / "tensorboard"), purge_step=purge_step)
+
+    def _rows_up_to(self, step: int) -> list[dict[str, str]]:
+        if not self.path.exists():
+            return []
+        with open(self.path, newline="") as f:
+            return [
+                row
+                for row in csv.DictReader(f)
+                if (row.get("step") or "").isdigit()
+                and int(row["step"]) <= step
+                and None not in row.values()  # a half-written row
+            ]
+
+    def write(self, row: dict[str, Any]) -> None:
+        """One row of LOG_FIELDS (missing ones left empty); it must hold "step"."""
+        self._csv.writerow(row)
+        self._file.flush()
+        if self._tensorboard is not None:
+            for key, value in row.items():
+                if key not in ("step", "epoch"):
+                    self._tensorboard.add_scalar(key, value, row["step"])
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
