@@ -6,9 +6,14 @@ cfg = TransformerConfig.from_dict({"d_model": 256, ...})        # unknown keys r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
 
 T = TypeVar("T")
 POSITIONAL = ("sinusoidal", "learned", "rope", "relative", "alibi", "none")
@@ -49,25 +54,55 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def dataclass_from_dict(cls: type[T], d: dict[str, Any]) -> T:
-    """Build a config dataclass from a dict.
+@functools.cache
+def _field_adapters(cls: type) -> dict[str, tuple[TypeAdapter[Any], str]]:
+    """One pydantic TypeAdapter per field of a config dataclass, with the type's readable name."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        name = f.type if isinstance(f.type, str) else getattr(hint, "__name__", str(hint))
+        out[f.name] = (TypeAdapter(hint), name)
+    return out
 
-    An unknown key is an error that names it, and numbers that YAML 1.1 reads as strings (`1e-9`)
-    become floats for float-typed fields.
+
+def _is_float_type(type_name: str) -> bool:
+    return type_name.replace(" ", "") in ("float", "float|None", "None|float")
+
+
+def dataclass_from_dict(cls: type[T], d: Any) -> T:
+    """Build a config dataclass from a dict, every value checked against its field's type.
+
+    One parser for every source (YAML recipes, `--key value` overrides, config.json): each value is
+    validated by pydantic in strict mode (`2.5` is no int, `"64"` no int, `0.9` no pair of floats),
+    with two conversions a config file needs: numbers that YAML 1.1 reads as strings (`1e-9`)
+    become floats for float fields, and lists become tuples for tuple fields. An unknown key, a
+    value of the wrong type or a section that is not a mapping is a ValueError naming the key, the
+    value and the expected type.
     """
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(d) - set(fields))
+    if not isinstance(d, dict):
+        raise ValueError(f"{cls.__name__}: expected a mapping of keys to values, got {d!r}")
+    adapters = _field_adapters(cls)
+    unknown = sorted(str(k) for k in set(d) - set(adapters))
     if unknown:
-        raise ValueError(f"{cls.__name__}: unknown key(s) {unknown}; known keys: {sorted(fields)}")
-    values = dict(d)
+        raise ValueError(
+            f"{cls.__name__}: unknown key(s) {unknown}; known keys: {sorted(adapters)}"
+        )
+    values: dict[str, Any] = {}
     for name, value in d.items():
-        if isinstance(value, str) and "float" in str(fields[name].type):
-            try:
-                values[name] = float(value)
-            except ValueError:
-                raise ValueError(
-                    f"{cls.__name__}: {name} must be a number, got {value!r}"
-                ) from None
+        adapter, type_name = adapters[name]
+        if isinstance(value, str) and _is_float_type(type_name):
+            with contextlib.suppress(ValueError):  # if not a number, pydantic names the problem
+                value = float(value)
+        if isinstance(value, list) and type_name.startswith("tuple"):
+            value = tuple(value)
+        try:
+            values[name] = adapter.validate_python(value, strict=True)
+        except ValidationError as e:
+            reason = e.errors()[0]["msg"]
+            raise ValueError(
+                f"{cls.__name__}: {name} must be {type_name}, got {value!r} ({reason})"
+            ) from None
     return cls(**values)
 
 

@@ -54,11 +54,33 @@ class CheckpointError(ValueError):
     inconsistent)."""
 
 
+class UnsafeOutputError(ValueError):
+    """A write that would follow a symbolic link (out of the output directory) or clobber files
+    that are not qkv's."""
+
+
+MODEL_DIR_FILES = (CONFIG_FILE, WEIGHTS_FILE, *TOKENIZER_FILES)
+
+
+def refuse_symlinks(directory: PathLike, names: tuple[str, ...] = MODEL_DIR_FILES) -> None:
+    """Raise UnsafeOutputError if any of `names` in `directory` is a symbolic link: qkv never
+    writes through one."""
+    directory = Path(directory)
+    for name in names:
+        if (directory / name).is_symlink():
+            raise UnsafeOutputError(
+                f"{directory / name} is a symbolic link; qkv does not write through links "
+                "(remove it or choose another output directory)"
+            )
+
+
 # --- atomic writes -------------------------------------------------------------------------------
 def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
     """Call write(tmp) on a temporary path beside `path`, then replace `path` with it in one
-    step."""
+    step. A `path` that is a symbolic link is refused (UnsafeOutputError)."""
     path = Path(path)
+    if path.is_symlink():
+        raise UnsafeOutputError(f"{path} is a symbolic link; qkv does not write through links")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
@@ -93,9 +115,12 @@ def read_json(path: PathLike) -> Any:
 
 
 def copy_config_and_tokenizer(source: PathLike, target: PathLike) -> None:
-    """Copy config.json and the tokenizer files of model directory `source` into `target`."""
+    """Copy config.json and the tokenizer files of model directory `source` into `target`
+    (nothing when they are the same directory)."""
     source, target = Path(source), Path(target)
     target.mkdir(parents=True, exist_ok=True)
+    if source.resolve() == target.resolve():
+        return
     for name in (CONFIG_FILE, *TOKENIZER_FILES):
         if (source / name).is_file():
             atomic_write(target / name, lambda p, name=name: shutil.copyfile(source / name, p))
@@ -120,7 +145,8 @@ def load_weights(path: PathLike, model: nn.Module) -> None:
     The file must hold exactly the model's tensors, tied ones once (as `save_weights` writes
     them). They are copied in one at a time, each read from its own short-lived mapping of the file,
     so that memory peaks at the model plus one tensor. A truncated file, a missing or unexpected
-    tensor or a shape mismatch is a CheckpointError.
+    tensor, a shape mismatch or a tensor with NaN or infinite values is a CheckpointError naming
+    the file.
     """
     path = Path(path)
     if not path.is_file():
@@ -147,7 +173,14 @@ def load_weights(path: PathLike, model: nn.Module) -> None:
                         f"{key} has shape {tuple(tensor.shape)} in the file but "
                         f"{tuple(targets[key].shape)} in the model"
                     )
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    raise CheckpointError(
+                        f"{path}: tensor {key} holds NaN or infinite values; the model is broken "
+                        "(a diverged training run?)"
+                    )
                 targets[key].copy_(tensor)
+    except CheckpointError:
+        raise
     except (SafetensorError, OSError, RuntimeError, ValueError) as e:
         raise CheckpointError(
             f"{problem}: {e}; the file may be truncated, corrupt or for another model"
@@ -189,7 +222,11 @@ def load_config(directory: PathLike) -> tuple[str, TransformerConfig, dict[str, 
         raise CheckpointError(
             f"unknown architecture {arch!r} in {path}; known: {sorted(ARCHITECTURES)}"
         )
-    return arch, TransformerConfig.from_dict(meta.pop("model")), meta
+    try:
+        config = TransformerConfig.from_dict(meta.pop("model"))
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    return arch, config, meta
 
 
 def load_model_dir(directory: PathLike, device: str | torch.device = "cpu") -> nn.Module:

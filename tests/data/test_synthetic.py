@@ -1,5 +1,7 @@
 """The synthetic digits -> words corpus: spelling checked against hand-written answers, sampling, splits."""
 
+from collections import Counter
+
 import pytest
 
 from qkv.data.corpus import DataError
@@ -94,18 +96,39 @@ def test_corpus_is_determined_by_the_seed():
     assert synthetic_corpus(200, seed=3) != synthetic_corpus(200, seed=4)
 
 
-def test_splits_are_disjoint_and_sized():
+def _digit_counts(corpus):
+    return Counter(len(src.replace(" ", "")) for src in corpus.src)
+
+
+def test_held_out_numbers_of_three_or_more_digits_are_never_trained_on_and_splits_are_sized():
     train, valid, test = synthetic_splits(seed=0, n_train=3000, n_valid=200, n_test=200, target="zh")
-    assert (len(train), len(valid), len(test)) == (3000, 200, 200)
-    sources = train.src + valid.src + test.src
-    assert len(set(sources)) == len(sources)
+    assert (len(train), len(valid), len(test)) == (3000, 200, 200 + 100)  # + every 1-2 digit number
+    long = lambda corpus: [s for s in corpus.src if len(s.replace(" ", "")) > 2]  # noqa: E731
+    assert not set(long(valid)) & set(train.src) and not set(long(test)) & set(train.src)
+    assert not set(long(valid)) & set(long(test))
+    assert len(set(long(test))) == len(long(test))
     assert synthetic_splits(seed=0, n_train=3000, n_valid=200, n_test=200, target="zh")[2] == test
+    # the training pairs do not depend on the sizes of the held-out splits
+    assert synthetic_splits(seed=0, n_train=3000, n_valid=0, n_test=0, target="zh")[0] == train
 
 
-def test_splits_can_use_every_number():
+def test_every_digit_count_gets_its_share_and_the_test_split_covers_all_short_numbers():
+    """Issue 22, item 12: unique draws used up the 100 one- and two-digit numbers at once, so
+    they were ~0.5% of training and absent from the held-out set."""
+    train, valid, test = synthetic_splits(seed=1234, n_train=20000, n_valid=200, n_test=500)
+    counts = _digit_counts(train)
+    assert sorted(counts) == [1, 2, 3, 4, 5, 6]
+    assert all(abs(c - 20000 / 6) < 400 for c in counts.values()), counts
+    assert sorted(_digit_counts(valid)) == [1, 2, 3, 4, 5, 6]
+    test_numbers = {int(s.replace(" ", "")) for s in test.src}
+    assert set(range(100)) <= test_numbers  # every 1- and 2-digit number is evaluated
+    assert all(_digit_counts(test)[k] >= 100 for k in (3, 4, 5, 6))
+
+
+def test_splits_of_small_ranges_use_every_number():
     train, valid, test = synthetic_splits(seed=1, n_train=80, n_valid=10, n_test=10, max_value=99)
-    numbers = {int(src.replace(" ", "")) for src in train.src + valid.src + test.src}
-    assert numbers == set(range(100))
+    assert {int(src.replace(" ", "")) for src in test.src} == set(range(100))
+    assert len(train) == 80 and len(valid) == 10
 
 
 @pytest.mark.parametrize(

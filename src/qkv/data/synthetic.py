@@ -12,6 +12,8 @@ Digits are separated by spaces so that even a tiny subword vocabulary sees one t
 from __future__ import annotations
 
 import random
+import zlib
+from collections.abc import Callable
 
 from qkv.data.corpus import DataError, ParallelCorpus
 
@@ -150,13 +152,99 @@ def synthetic_corpus(
     return ParallelCorpus([" ".join(str(n)) for n in numbers], [spell(n) for n in numbers])
 
 
+# digit counts with at most this many numbers (1 and 2 digits) are not held out: training sees each
+# of their numbers many times, and the test split holds every one of them
+SMALL_DIGIT_COUNT = 100
+# the share of the numbers of a larger digit count that is held out (never trained on)
+HELD_OUT_SHARE = 4  # one in 4
+
+
+def digit_buckets(max_value: int) -> list[tuple[int, int]]:
+    """(lowest, highest) number of each digit count 1..len(str(max_value)) within 0..max_value."""
+    counts = range(1, len(str(max_value)) + 1)
+    return [(10 ** (k - 1) if k > 1 else 0, min(10**k - 1, max_value)) for k in counts]
+
+
+def _held_out(seed: int, n: int) -> bool:
+    """Whether number n (of a large digit count) is reserved for validation and test: a fixed
+    quarter of the numbers, chosen by a hash of (seed, n), so that the split of the numbers does
+    not depend on how many pairs are drawn."""
+    return zlib.crc32(f"{seed}:{n}".encode()) % HELD_OUT_SHARE == 0
+
+
+def _draw_split(
+    rng: random.Random,
+    n: int,
+    buckets: list[tuple[int, int]],
+    accept: Callable[[int, int], bool],
+    taken: set[int] | None,
+) -> list[int]:
+    """n numbers: a digit count uniformly at random, then a number of it that `accept(bucket, n)`
+    allows; with `taken`, numbers are unique (and added to it) and exhausted digit counts drop
+    out of the draw."""
+    numbers: list[int] = []
+    live = list(range(len(buckets)))
+    while len(numbers) < n and live:
+        i = rng.choice(live)
+        low, high = buckets[i]
+        for _ in range(100 + 20 * (high - low)):  # enough tries to find any allowed number left
+            number = rng.randint(low, high)
+            if accept(i, number) and (taken is None or number not in taken):
+                break
+        else:  # this digit count has no allowed number left: it drops out
+            live.remove(i)
+            continue
+        if taken is not None:
+            taken.add(number)
+        numbers.append(number)
+    return numbers
+
+
 def synthetic_splits(
     seed: int, n_train: int, n_valid: int, n_test: int, target: str = "en", max_value: int = 999_999
 ) -> tuple[ParallelCorpus, ParallelCorpus, ParallelCorpus]:
-    """Disjoint (train, valid, test) synthetic corpora: a number appears once across all splits."""
-    corpus = synthetic_corpus(n_train + n_valid + n_test, seed, target, max_value, unique=True)
+    """(train, valid, test) synthetic corpora in which every digit count gets its share.
 
-    def part(start: int, stop: int) -> ParallelCorpus:
-        return ParallelCorpus(corpus.src[start:stop], corpus.tgt[start:stop])
+    Each pair's digit count is drawn uniformly, so 1- and 2-digit numbers (only 100 of them) are as
+    common in training as 6-digit ones: their numbers repeat. Numbers of larger digit counts are
+    held out: a fixed quarter of them (by a hash of the seed) never appears in training, and
+    validation and test draw from it, without repeats and disjoint from each other. The small
+    digit counts cannot be held out (training needs them all), so the test split holds every one
+    of their numbers, after `n_test` held-out numbers of the larger digit counts; validation draws
+    them like training does.
 
-    return part(0, n_train), part(n_train, n_train + n_valid), part(n_train + n_valid, len(corpus))
+    Each split depends only on the arguments before it: the training pairs are the same for any
+    n_valid and n_test, the validation pairs for any n_test.
+    """
+    spell = SPELLERS.get(target)
+    if spell is None:
+        raise DataError(f"unknown synthetic target {target!r}; choose from: {', '.join(SPELLERS)}")
+    if not 0 <= max_value <= MAX_NUMBER:
+        raise DataError(f"max_value must be in 0..{MAX_NUMBER}, got {max_value}")
+    buckets = digit_buckets(max_value)
+    small = [high - low + 1 <= SMALL_DIGIT_COUNT for low, high in buckets]
+    large = [b for b, s in zip(buckets, small, strict=True) if not s]
+
+    def trainable(i: int, n: int) -> bool:
+        return small[i] or not _held_out(seed, n)
+
+    def held(i: int, n: int) -> bool:
+        return not small[i] and _held_out(seed, n)
+
+    train = _draw_split(random.Random(seed), n_train, buckets, trainable, None)
+    taken: set[int] = set()
+    valid = _draw_split(
+        random.Random(f"{seed}:valid"), n_valid, buckets, lambda i, n: small[i] or held(i, n), None
+    )
+    taken.update(n for n in valid if not small[len(str(n)) - 1])
+    test = _draw_split(
+        random.Random(f"{seed}:test"), n_test, large, lambda i, n: _held_out(seed, n), taken
+    )
+    if n_test:
+        for (low, high), is_small in zip(buckets, small, strict=True):
+            test += range(low, high + 1) if is_small else []
+
+    def corpus(numbers: list[int]) -> ParallelCorpus:
+        return ParallelCorpus([" ".join(str(n)) for n in numbers], [spell(n) for n in numbers])
+
+    return corpus(train), corpus(valid), corpus(test)

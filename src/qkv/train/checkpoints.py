@@ -2,10 +2,15 @@
 
     OUT/checkpoints/step_00001000/model.safetensors      weights
     OUT/checkpoints/step_00001000/optimizer.safetensors  optimizer tensors (Adam), RNG states
-    OUT/checkpoints/step_00001000/trainer_state.json     step, data position, scheduler, history
+    OUT/checkpoints/step_00001000/trainer_state.json     step, data position, scheduler, history,
+                                                         the recipe in effect
+    OUT/checkpoints/step_00001000/tokenizer.json, spm*.model   the tokenizer, so that resume never
+                                                         depends on the top-level copy
 
 A checkpoint directory is written under a temporary name and renamed when complete, so a run killed
-mid-write leaves no half checkpoint; resume takes the newest complete one. The files inside are
+mid-write leaves no half checkpoint (and a failed write, e.g. a full disk, removes its temporary
+directory); resume takes the newest readable one and removes the temporary directories of killed
+runs. The files inside are
 written with the model directory's atomic writers (`qkv.modeldir`).
 """
 
@@ -18,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -110,15 +116,39 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     trainer_state: dict[str, Any],
     rng: list[RngStates],
+    tokenizer: Any | None = None,
 ) -> Path:
     """Write checkpoints/step_N atomically (temporary directory, then rename).
 
     rng: the random states of every rank, rank 0 first (rank 0's CUDA state is the one kept).
+    tokenizer: saved into the checkpoint too (anything with a `save(directory)` method).
+    If writing fails (e.g. OSError ENOSPC), the temporary directory is removed and the error
+    raised: the newest complete checkpoint stays the one resume takes.
     """
     final = checkpoint_dir(root, step)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write_checkpoint(tmp, model, optimizer, trainer_state, rng, tokenizer)
+        if final.exists():  # the same step written again (e.g. a resumed run that stopped at once)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _write_checkpoint(
+    tmp: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    trainer_state: dict[str, Any],
+    rng: list[RngStates],
+    tokenizer: Any | None,
+) -> None:
     tmp.mkdir(parents=True)
+    if tokenizer is not None:
+        tokenizer.save(tmp)
     save_weights(tmp / WEIGHTS_FILE, model)
     tensors, meta = split_optimizer_state(optimizer.state_dict())
     for rank, states in enumerate(rng):
@@ -127,10 +157,38 @@ def save_checkpoint(
         tensors["rng.cuda"] = rng[0].cuda
     atomic_write(tmp / OPTIMIZER_FILE, lambda p: save_file(tensors, str(p)))
     atomic_write_json(tmp / STATE_FILE, {**trainer_state, "optimizer": meta})
-    if final.exists():  # the same step written again (e.g. a resumed run that stopped at once)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return final
+
+
+def check_checkpoint(path: Path) -> dict[str, Any]:
+    """A cheap readability check of a step checkpoint: its state parses and the headers of its
+    safetensors files are whole. Returns the trainer state; raises CheckpointError."""
+    state = read_json(path / STATE_FILE)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path / STATE_FILE} does not hold a trainer state")
+    for name in (WEIGHTS_FILE, OPTIMIZER_FILE):
+        try:
+            with safe_open(str(path / name), framework="pt") as f:
+                f.keys()
+        except Exception as e:  # safetensors raises its own error type for truncated files
+            raise CheckpointError(f"cannot read {path / name}: {e}") from e
+    return state
+
+
+def remove_orphans(root: Path) -> list[Path]:
+    """Delete the temporary checkpoint directories (`.step_N.<pid>.tmp`) and files of killed
+    runs; returns what was removed."""
+    folder = root / "checkpoints"
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for p in folder.iterdir():
+        if p.name.startswith(".step_") and p.name.endswith(".tmp"):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 def load_checkpoint(
@@ -160,6 +218,8 @@ def load_checkpoint(
 
 
 def prune_checkpoints(root: Path, keep: int) -> None:
-    """Delete all but the newest `keep` step checkpoints."""
-    for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
+    """Delete all but the newest `keep` (>= 1) step checkpoints."""
+    if keep < 1:
+        raise ValueError(f"keep_checkpoints must be at least 1, got {keep}")
+    for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)

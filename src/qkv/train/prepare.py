@@ -65,6 +65,15 @@ def load_corpora(cfg: TrainConfig) -> tuple[ParallelCorpus, ParallelCorpus | Non
     return train, valid
 
 
+def training_source(cfg: TrainConfig) -> str:
+    """The training data the config names, for messages."""
+    if cfg.corpus is not None:
+        return f"the {cfg.corpus} corpus ({cfg.train_split} split)"
+    if cfg.train_tsv:
+        return str(cfg.train_tsv)
+    return f"{cfg.train_src} + {cfg.train_tgt}"
+
+
 def filter_long(
     src: list[list[int]], tgt: list[list[int]], max_len: int, max_ratio: float | None
 ) -> tuple[list[int], int, int]:
@@ -84,11 +93,19 @@ def filter_long(
     return keep, too_long, ratio
 
 
-def prepare_data(cfg: TrainConfig, out_dir: Path, train_tokenizer: bool) -> EncodedData:
-    """Load and clean the corpora, train (or load from out_dir) the tokenizer, encode and filter."""
+def prepare_data(
+    cfg: TrainConfig, out_dir: Path, train_tokenizer: bool, tokenizer_dir: Path | None = None
+) -> EncodedData:
+    """Load and clean the corpora, train (into out_dir) or load (from tokenizer_dir, default
+    out_dir) the tokenizer, encode and filter."""
     train, valid = load_corpora(cfg)
     train, report = clean(train)
     log.info("training data: %s", report)
+    if not train.src:
+        raise ValueError(
+            f"no training pairs in {training_source(cfg)} (it is empty, or every pair has an "
+            "empty side)"
+        )
     if valid is not None:
         valid, vreport = clean(valid)
         log.info("validation data: %s", vreport)
@@ -105,7 +122,7 @@ def prepare_data(cfg: TrainConfig, out_dir: Path, train_tokenizer: bool) -> Enco
             lowercase=cfg.lowercase,
         )
     else:
-        tokenizer = SubwordTokenizer.load(out_dir)
+        tokenizer = SubwordTokenizer.load(tokenizer_dir or out_dir)
     if tokenizer.lowercase and valid is not None:
         # the tokenizer lowercases what it encodes, so the model writes lowercase: BLEU references
         # are lowercased to match

@@ -5,6 +5,7 @@ that names it."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,9 @@ class TrainConfig:
     # (TranslationLoss; docs/benchmarks.md); None: all tokens at once
     loss_chunk_tokens: int | None = None
     clip_norm: float = 0.0  # 0: no clipping
+    # an update whose loss or gradients are not finite (NaN, inf) is skipped; this many in a row
+    # stop the run with an error (the learning rate is likely too high)
+    max_nonfinite_updates: int = 5
     max_steps: int = 100_000
     max_epochs: int | None = None
     # training time budget (across resumes): stop at the last checkpoint within it
@@ -75,7 +79,7 @@ class TrainConfig:
     valid_bleu: bool = True  # greedy-decode the validation set and score it with sacreBLEU
     valid_max_sentences: int | None = None  # decode only the first N validation sentences
     patience: int | None = None  # stop after this many validations without improvement
-    keep_checkpoints: int = 10  # most recent step checkpoints kept (for `qkv average`)
+    keep_checkpoints: int = 10  # most recent step checkpoints kept (for `qkv average`); >= 1
     log_every: int = 100
     tensorboard: bool = True
     # --- machine
@@ -119,6 +123,8 @@ class TrainConfig:
             "log_every",
             "vocab_size",
             "max_len",
+            "keep_checkpoints",
+            "max_nonfinite_updates",
         )
         for name in positive:
             check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
@@ -129,6 +135,32 @@ class TrainConfig:
         check(
             self.max_hours is None or self.max_hours > 0,
             f"max_hours must be positive, got {self.max_hours}",
+        )
+        check(
+            self.lr is None or (math.isfinite(self.lr) and self.lr > 0),
+            f"lr must be positive, got {self.lr}",
+        )
+        check(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
+        check(
+            all(0.0 <= b < 1.0 for b in self.adam_betas),
+            f"adam_betas must each be in [0, 1), got {list(self.adam_betas)}",
+        )
+        for name in ("adam_eps", "weight_decay", "clip_norm"):
+            value = getattr(self, name)
+            check(math.isfinite(value) and value >= 0, f"{name} must be >= 0, got {value}")
+        for name in ("synthetic_train", "synthetic_valid"):
+            check(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
+        check(
+            self.loss_chunk_tokens is None or self.loss_chunk_tokens > 0,
+            f"loss_chunk_tokens must be positive, got {self.loss_chunk_tokens}",
+        )
+        check(
+            self.max_epochs is None or self.max_epochs > 0,
+            f"max_epochs must be positive, got {self.max_epochs}",
+        )
+        check(
+            self.patience is None or self.patience > 0,
+            f"patience must be positive, got {self.patience}",
         )
         check(0.0 <= self.label_smoothing < 1.0, "label_smoothing must be in [0, 1)")
         check(
@@ -200,12 +232,24 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
             i += 1
         key = key.replace("-", "_")  # --data-dir == --data_dir (a value keeps its dashes: 2e-3)
         # "2e-3" stays a string here; dataclass_from_dict makes float fields floats
-        value = yaml.safe_load(raw)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw  # not a YAML scalar ("[0.9"): the typed parser names the key and value
         if key.startswith("model."):
             out.setdefault("model", {})[key[len("model.") :]] = value
         else:
             out[key] = value
     return out
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """'line 3, column 7: mapping values are not allowed here' of a YAML error."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    if mark is None:
+        return problem
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def load_train_config(
@@ -218,12 +262,25 @@ def load_train_config(
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"config file not found: {path}")
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not valid YAML ({_yaml_problem(e)})") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of config keys")
         data = loaded
+    if not isinstance(data.get("model") or {}, dict):
+        raise ValueError(f"model must be a mapping of model keys, got {data['model']!r}")
     overrides = dict(overrides or {})
-    model = {**(data.get("model") or {}), **overrides.pop("model", {})}
+    override_model = overrides.pop("model", None) or {}
+    if not isinstance(override_model, dict):
+        raise ValueError(
+            f"TrainConfig: model must be a mapping of model keys (--model.KEY value), "
+            f"got {override_model!r}"
+        )
+    model = {**(data.get("model") or {}), **override_model}
     merged = {**data, **overrides}
     if model:
         merged["model"] = model

@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import logging
 import math
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
@@ -36,12 +37,22 @@ from tqdm.auto import tqdm
 from ..data.batching import Batch, TokenBatchSampler, collate, pad_sequences
 from ..decode.search import DEFAULT_MAX_LEN_B, greedy
 from ..model import Transformer
-from ..modeldir import CheckpointError, atomic_write_text, save_model_dir
+from ..modeldir import (
+    MODEL_DIR_FILES,
+    TOKENIZER_FILE,
+    CheckpointError,
+    UnsafeOutputError,
+    atomic_write_text,
+    refuse_symlinks,
+    save_model_dir,
+)
 from .checkpoints import (
     RngStates,
+    check_checkpoint,
     list_checkpoints,
     load_checkpoint,
     prune_checkpoints,
+    remove_orphans,
     save_checkpoint,
 )
 from .distributed import all_gather, all_reduce_sum, barrier, cleanup, init_distributed
@@ -52,6 +63,29 @@ from .recipe import TrainConfig
 from .schedule import lr_multiplier, paper_peak_lr
 
 log = logging.getLogger("qkv.train")
+
+# what qkv writes into OUT (besides the model directory's files): never through a symbolic link
+RUN_FILES = (*MODEL_DIR_FILES, "train_config.yaml", "log.csv", "checkpoints", "tensorboard")
+# recipe keys a resumed run may change (they decide when to stop, log and checkpoint, and how the
+# machine runs, not what is learned so far); any other difference is refused
+RESUME_SAFE_KEYS = (
+    "max_steps",
+    "max_hours",
+    "max_epochs",
+    "valid_every",
+    "log_every",
+    "keep_checkpoints",
+    "patience",
+    "tensorboard",
+    "threads",
+    "max_nonfinite_updates",
+    "data_dir",
+    "download",
+)
+
+
+class TrainingError(ValueError):
+    """A run that cannot go on: it diverged, or its checkpoint cannot be written."""
 
 
 @dataclass
@@ -74,13 +108,17 @@ class Progress:
     bad_validations: int = 0  # validations in a row without improvement (for patience)
     elapsed_s: float = 0.0  # training time so far, across resumes
     history: list[dict[str, Any]] = field(default_factory=list)  # metrics of each validation
+    skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient
+
+    OPTIONAL = ("skipped_updates",)  # absent in checkpoints of older versions
 
     @classmethod
     def from_state(cls, state: dict[str, Any], path: Path) -> Progress:
-        missing = [f.name for f in fields(cls) if f.name not in state]
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in state and n not in cls.OPTIONAL]
         if missing:
             raise CheckpointError(f"{path}: the trainer state lacks {missing}")
-        return cls(**{f.name: state[f.name] for f in fields(cls)})
+        return cls(**{n: state[n] for n in names if n in state})
 
 
 @dataclass
@@ -107,13 +145,31 @@ class Trainer:
     OUT/log.csv, OUT/tensorboard/                   learning curves
     """
 
-    def __init__(self, cfg: TrainConfig, out_dir: str | Path, resume: bool = False) -> None:
+    def __init__(
+        self, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, overwrite: bool = False
+    ) -> None:
         self.cfg = cfg
         self.out = Path(out_dir)
         self.env, self.device = init_distributed(cfg.device)
+        self._check_output(resume, overwrite)
+        # a run that fails before its first checkpoint removes the directory it created
+        self._created_out = not self.out.exists()
+        try:
+            self._setup(resume)
+        except BaseException:
+            self._remove_if_created()
+            raise
+
+    def _setup(self, resume: bool) -> None:
+        cfg = self.cfg
         resume_from = self._checkpoint_to_resume(resume)
-        # data
-        self.data: EncodedData = self._prepare_data(train_tokenizer=resume_from is None)
+        # data: a resumed run reads the tokenizer its checkpoint holds
+        tokenizer_dir = None
+        if resume_from is not None and (resume_from / TOKENIZER_FILE).is_file():
+            tokenizer_dir = resume_from
+        self.data: EncodedData = self._prepare_data(
+            train_tokenizer=resume_from is None, tokenizer_dir=tokenizer_dir
+        )
         self.sampler = self._train_sampler()
         self.valid_batches = self._valid_batches()
         # model and optimization
@@ -129,6 +185,8 @@ class Trainer:
         # each rank its own dropout stream; train() starts it
         self.rng = RngStates.seeded(cfg.seed + self.env.rank, self.device)
         self._last_checkpoint_s = 0.0  # elapsed_s at the previous checkpoint (for max_hours)
+        self._nonfinite_in_row = 0  # updates skipped in a row for a non-finite loss or gradient
+        self.resumed = resume_from is not None
         if resume_from is not None:
             self._restore(resume_from)
 
@@ -138,26 +196,104 @@ class Trainer:
         return self.progress.step
 
     # --- setup ---------------------------------------------------------------------------------
+    def _check_output(self, resume: bool, overwrite: bool) -> None:
+        """OUT must be a directory qkv may write: not a file, no symbolic link among the files it
+        writes, and, unless `overwrite`, not a non-empty directory that is not a training run
+        (e.g. a model made by `qkv average`, or anything else)."""
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise UnsafeOutputError(f"--out {out} is a file, not a directory")
+        if not out.is_dir():
+            return
+        refuse_symlinks(out, RUN_FILES)
+        is_run = (out / "checkpoints").is_dir()
+        if not is_run and not overwrite and any(out.iterdir()):
+            raise UnsafeOutputError(
+                f"--out {out} is not empty and holds no training run; qkv would overwrite its "
+                "files: choose another directory or pass --overwrite"
+            )
+
+    def _remove_if_created(self) -> None:
+        """Remove OUT when this run created it and wrote no checkpoint into it."""
+        if self.env.is_main and self._created_out and not list_checkpoints(self.out):
+            shutil.rmtree(self.out, ignore_errors=True)
+
     def _checkpoint_to_resume(self, resume: bool) -> Path | None:
+        """The newest readable checkpoint to resume from (None: a fresh run). An unreadable newest
+        checkpoint is skipped with a warning; the config must match the run's (RESUME_SAFE_KEYS
+        may differ)."""
         checkpoints = list_checkpoints(self.out)
         if checkpoints and not resume:
             raise ValueError(
                 f"{self.out} already holds a training run; pass --resume to continue "
                 "it or choose another output directory"
             )
-        if resume and not checkpoints:
+        if not resume:
+            return None
+        if self.env.is_main:
+            for orphan in remove_orphans(self.out):
+                log.info("removed %s, left by a run killed while writing a checkpoint", orphan)
+        if not checkpoints:
             log.warning("--resume: no checkpoint in %s, starting from scratch", self.out)
-        return checkpoints[-1] if resume and checkpoints else None
+            return None
+        problems = []
+        for path in reversed(checkpoints):
+            try:
+                state = check_checkpoint(path)
+            except CheckpointError as e:
+                problems.append(str(e))
+                log.warning("--resume: %s is unreadable (%s); trying the previous one", path, e)
+                continue
+            if problems:
+                log.warning("--resume: resuming from %s instead", path)
+            self._check_resume_config(state.get("config"), path)
+            return path
+        raise CheckpointError(
+            f"no readable checkpoint in {self.out / 'checkpoints'}: {problems[0]}"
+        )
 
-    def _prepare_data(self, train_tokenizer: bool) -> EncodedData:
+    def _check_resume_config(self, recorded: dict[str, Any] | None, path: Path) -> None:
+        """Refuse a resumed run whose recipe differs from the checkpoint's in a key not in
+        RESUME_SAFE_KEYS; the safe changes apply (and train_config.yaml records them)."""
+        if recorded is None:  # a checkpoint of an older version: the recorded recipe
+            recorded_file = self.out / "train_config.yaml"
+            if not recorded_file.is_file():
+                return
+            recorded = yaml.safe_load(recorded_file.read_text(encoding="utf-8"))
+        try:
+            before = TrainConfig.from_dict(recorded).to_dict()  # type: ignore[arg-type]
+        except (ValueError, TypeError):
+            return  # not readable as a recipe of this version: nothing to compare
+        now = self.cfg.to_dict()
+        diffs = []
+        for key in now:
+            if key == "model":
+                for k in sorted(set(now[key]) | set(before[key])):
+                    a, b = before[key].get(k), now[key].get(k)
+                    if a != b:
+                        diffs.append(f"model.{k} (run: {a!r}, now: {b!r})")
+            elif key not in RESUME_SAFE_KEYS and now[key] != before[key]:
+                diffs.append(f"{key} (run: {before[key]!r}, now: {now[key]!r})")
+            elif now[key] != before[key]:
+                log.info("--resume: %s changes from %r to %r", key, before[key], now[key])
+        if diffs:
+            raise ValueError(
+                f"--resume: the config differs from the run's ({path}) in {'; '.join(diffs)}. "
+                f"Only {', '.join(RESUME_SAFE_KEYS)} may change on resume; give the run's values "
+                "or start a new run in another --out"
+            )
+
+    def _prepare_data(
+        self, train_tokenizer: bool, tokenizer_dir: Path | None = None
+    ) -> EncodedData:
         """Rank 0 prepares the data (training the tokenizer of a fresh run into OUT); the other
-        ranks then read the tokenizer it saved."""
+        ranks then read the tokenizer it saved (or the checkpoint's, on resume)."""
         if self.env.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-            data = prepare_data(self.cfg, self.out, train_tokenizer=train_tokenizer)
+            data = prepare_data(self.cfg, self.out, train_tokenizer, tokenizer_dir)
         barrier(self.env)
         if not self.env.is_main:
-            data = prepare_data(self.cfg, self.out, train_tokenizer=False)
+            data = prepare_data(self.cfg, self.out, False, tokenizer_dir)
         return data
 
     def _train_sampler(self) -> TokenBatchSampler:
@@ -220,6 +356,7 @@ class Trainer:
             **asdict(self.progress),
             "sampler": self.sampler.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "config": self.cfg.to_dict(),  # the recipe in effect (resume compares against it)
         }
 
     def _restore(self, path: Path) -> None:
@@ -245,19 +382,49 @@ class Trainer:
         rng = all_gather(RngStates.current(self.device), self.env)
         if self.env.is_main:
             state = self._trainer_state()
-            save_checkpoint(self.out, self.step, self.model, self.optimizer, state, rng)
+            try:
+                save_checkpoint(
+                    self.out, self.step, self.model, self.optimizer, state, rng, self.data.tokenizer
+                )
+            except OSError as e:
+                raise self._write_failed(f"the checkpoint of step {self.step}", e) from e
             prune_checkpoints(self.out, self.cfg.keep_checkpoints)
         barrier(self.env)
 
+    def _write_failed(self, what: str, e: OSError) -> TrainingError:
+        """The error that stops a run whose output cannot be written (a full disk, ...)."""
+        done = list_checkpoints(self.out)
+        last = f"the last good checkpoint is {done[-1]}" if done else "no checkpoint was written"
+        reason = e.strerror or str(e)
+        return TrainingError(
+            f"step {self.step}: cannot write {what} in {self.out} ({reason}); {last}; "
+            "make room and continue with --resume"
+        )
+
     def _write_model_dir(self) -> None:
         """OUT as a model directory holding the current weights (called for each new best)."""
-        save_model_dir(
-            self.out,
-            self.model,
-            self.data.tokenizer,
-            train_step=self.step,
-            valid_metric=self.cfg.valid_metric,
-            best_metric=self.progress.best_metric,
+        bad = [n for n, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            raise self._diverged(f"the weights hold NaN or infinite values ({bad[0]}, ...)")
+        try:
+            save_model_dir(
+                self.out,
+                self.model,
+                self.data.tokenizer,
+                train_step=self.step,
+                valid_metric=self.cfg.valid_metric,
+                best_metric=self.progress.best_metric,
+            )
+        except OSError as e:
+            raise self._write_failed("the model directory", e) from e
+
+    def _diverged(self, what: str) -> TrainingError:
+        lr = self.scheduler.get_last_lr()[0]
+        done = list_checkpoints(self.out)
+        last = f"; the last checkpoint is {done[-1]}" if done else ""
+        return TrainingError(
+            f"training diverged at step {self.step + 1}: {what}. The learning rate is likely too "
+            f"high (lr {lr:.3g} at this step): lower --lr, or set --clip_norm{last}"
         )
 
     # --- one update ----------------------------------------------------------------------------
@@ -284,10 +451,31 @@ class Trainer:
 
     def train_step(self, batches: list[Batch]) -> tuple[float, float, int]:
         """One optimizer update over accumulated batches.
-        Returns (loss sum, nll sum, target tokens) on this rank."""
+        Returns (loss sum, nll sum, target tokens) on this rank.
+
+        An update whose loss or gradient norm is not finite (NaN, inf) is skipped (the step does
+        not advance) and counted; cfg.max_nonfinite_updates of them in a row raise TrainingError.
+        """
         sums = self.accumulate_gradients(batches)
+        params = [p for p in self.model.parameters() if p.grad is not None]
         if self.cfg.clip_norm > 0:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+            norm = nn.utils.clip_grad_norm_(params, self.cfg.clip_norm)
+        else:
+            norm = nn.utils.get_total_norm([p.grad for p in params])
+        finite = math.isfinite(sums[0]) and bool(torch.isfinite(norm))
+        if all_reduce_sum(float(not finite), self.env, self.device) > 0:  # the same on all ranks
+            self.optimizer.zero_grad(set_to_none=True)
+            self.progress.skipped_updates += 1
+            self._nonfinite_in_row += 1
+            what = f"loss {sums[0]:.4g}, gradient norm {float(norm):.4g}"
+            log.warning("step %d: update skipped, %s", self.step + 1, what)
+            if self._nonfinite_in_row >= self.cfg.max_nonfinite_updates:
+                raise self._diverged(
+                    f"the loss or gradients were not finite in {self._nonfinite_in_row} updates "
+                    f"in a row ({what})"
+                )
+            return 0.0, 0.0, 0
+        self._nonfinite_in_row = 0
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -366,6 +554,8 @@ class Trainer:
         bleu = self.cfg.valid_metric == "bleu"
         value = metrics["valid_bleu"] if bleu else -metrics["valid_loss"]  # higher is better
         p = self.progress
+        if not math.isfinite(value):  # NaN or inf is never the best
+            return False
         if p.best_metric is None or value > p.best_metric:
             p.best_metric = value
             p.best_step = self.step
@@ -378,6 +568,9 @@ class Trainer:
         p = self.progress
         if self.data.valid is not None and self.data.valid_src:
             metrics = self.validate() if self.env.is_main else {}
+            if self.env.is_main and not math.isfinite(metrics["valid_loss"]):
+                self.progress.step -= 1  # _diverged names the step after the current one
+                raise self._diverged(f"the validation loss is {metrics['valid_loss']}")
             row.update(metrics)
             if self.env.is_main:
                 improved = self._improved(metrics)
@@ -416,7 +609,9 @@ class Trainer:
         """Train to max_steps (or max_epochs, max_hours, early stopping); returns the result."""
         if self.env.is_main:
             recipe = yaml.safe_dump(self.cfg.to_dict(), sort_keys=False)
-            atomic_write_text(self.out / "train_config.yaml", recipe)
+            atomic_write_text(self.out / "train_config.yaml", recipe)  # the recipe in effect
+            if self.resumed:  # the top-level tokenizer again, from the checkpoint's
+                self.data.tokenizer.save(self.out)
             n_params = f"{self.model.num_parameters():,}"
             log.info(
                 "model: %s parameters; %d training pairs; %d batches per epoch per device",
@@ -428,6 +623,12 @@ class Trainer:
         training_log = self._open_log() if self.env.is_main else None
         try:
             stopped_early = self._loop(training_log)
+        except BaseException:
+            if training_log is not None:
+                training_log.close()
+                training_log = None
+            self._remove_if_created()
+            raise
         finally:
             if training_log is not None:
                 training_log.close()
@@ -461,7 +662,11 @@ class Trainer:
                 group = list(itertools.islice(batches, cfg.accum_steps))
                 if not group:
                     break  # max_epochs reached
-                window.add(*self.train_step(group))
+                before = self.step
+                sums = self.train_step(group)
+                if self.step == before:
+                    continue  # a skipped update (non-finite loss or gradients)
+                window.add(*sums)
                 bar.update(1)
                 row: dict[str, Any] = {}
                 if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
