@@ -1,4 +1,4 @@
-"""qkv: the Transformer of "Attention Is All You Need", readable and verified, fast enough to use."""
+"""qkv: the Transformer of "Attention Is All You Need", readable, verified, fast enough to use."""
 
 from .config import TransformerConfig
 from .model import DecoderOnly, EncoderOnly, Transformer

@@ -1,4 +1,4 @@
-"""`python -m qkv ...` runs the command line (also under torchrun: `torchrun ... -m qkv train ...`)."""
+"""`python -m qkv ...` runs the command line (under torchrun too: `torchrun ... -m qkv train`)."""
 
 import sys
 

@@ -57,6 +57,8 @@ def test_length_mismatch_raises():
         bleu(["a", "b"], ["a"])
     with pytest.raises(ValueError):
         tokenized_bleu(["a"], [], "en")
+    with pytest.raises(ValueError, match="no sentences to score"):  # issue 22.13: was an IndexError
+        score([], [], "en")
 
 
 @pytest.mark.data

@@ -225,3 +225,66 @@ def test_load_a_model_directory(tokenizer: SubwordTokenizer, tmp_path: Path) -> 
     save_model_dir(tmp_path / "lm", DecoderOnly(tiny_config(src_vocab_size=tokenizer.src_vocab_size)), tokenizer)
     with pytest.raises(ValueError, match="needs a Transformer"):
         Translator.load(tmp_path / "lm")
+
+
+def test_translate_stream_yields_each_chunk_as_soon_as_it_is_done(tokenizer: SubwordTokenizer,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22.6: `translate_stream` gives the translations of `translate_detailed`, in input order, chunk by
+    chunk: the first one comes after its chunk is decoded, not after the whole input; leaving early decodes
+    nothing more. Its arguments are checked when it is called, before anything is decoded."""
+    t = translator(tokenizer)
+    options = DecodeOptions(beam=2, nbest=2)
+    together = t.translate_detailed(TEXTS, options, attention=True)
+    for chunk_tokens, workers in ((1, 1), (30, 2), (None, 1), (None, 3)):
+        streamed = list(t.translate_stream(TEXTS, options, attention=True, chunk_tokens=chunk_tokens,
+                                           workers=workers, batch_tokens=40))
+        assert summary(streamed) == summary(together)
+        assert scores(streamed) == pytest.approx(scores(together), abs=1e-4)
+        for a, b in zip(together, streamed, strict=True):
+            assert (a.attention is None) == (b.attention is None)
+    searched = []
+    search = Translator._search
+    monkeypatch.setattr(Translator, "_search", lambda self, src, *a, **k: searched.append(src.size(0))
+                        or search(self, src, *a, **k))
+    stream = t.translate_stream(TEXTS, options, chunk_tokens=1)  # every non-empty line a chunk of its own
+    assert searched == []
+    assert summary([next(stream)]) == summary(together[:1]) and searched == [1]
+    assert summary([next(stream), next(stream)]) == summary(together[1:3]) and searched == [1, 1]  # "" is free
+    stream.close()
+    assert len(searched) == 2
+    with pytest.raises(TypeError, match="one str"):
+        t.translate_stream("a dog runs")  # no iteration needed to find out
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        t.translate_stream(TEXTS, chunk_tokens=0)
+    with pytest.raises(ValueError, match="workers"):
+        t.translate_stream(TEXTS, workers=0)
+    assert list(t.translate_stream([])) == []
+
+
+def test_a_beam_beyond_the_target_vocabulary_is_refused(tokenizer: SubwordTokenizer) -> None:
+    """Issue 22.9: a beam wider than the vocabulary cannot be filled and would allocate beam x vocabulary rows
+    (`--beam 100000`: 480 GB); it is refused, naming the vocabulary size. The widest beam works."""
+    t = translator(tokenizer)
+    vocab = t.target_vocab_size
+    assert vocab == tokenizer.tgt_vocab_size
+    for call in (t.translate, t.translate_detailed, t.translate_stream):
+        with pytest.raises(ValueError, match=f"beam {vocab + 1} is larger than the model's target vocabulary "
+                                             f"of {vocab} tokens"):
+            call(["dog"], DecodeOptions(beam=vocab + 1))
+    (widest,) = t.translate_detailed(["dog"], DecodeOptions(beam=vocab, nbest=3, max_len_a=0, max_len_b=2))
+    assert len(widest.nbest) == 3
+    assert t.translate(["dog"], DecodeOptions(beam=vocab + 1, sampling=True, max_len_b=2))  # sampling has no beam
+
+
+def test_load_refuses_no_directory_and_an_unusable_device(tmp_path: Path) -> None:
+    """Issue 22.13 and 22.14: `Translator.load([])` was an IndexError; a bad device a RuntimeError or an
+    AssertionError from deep inside torch."""
+    with pytest.raises(ValueError, match="no model directory given"):
+        Translator.load([])
+    with pytest.raises(ValueError, match="unknown device 'bogus'"):
+        Translator.load(tmp_path, device="bogus")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda': CUDA is not available"):
+            Translator.load(tmp_path, device="cuda")
+    with pytest.raises(ValueError, match=r"there are \d+ CUDA devices|CUDA is not available"):
+        Translator.load(tmp_path, device=f"cuda:{torch.cuda.device_count()}")

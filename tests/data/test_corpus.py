@@ -5,7 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from qkv.data.corpus import CleanReport, DataError, ParallelCorpus, clean, load_parallel, load_tsv, read_lines
+from qkv.data.corpus import (
+    CleanReport,
+    DataError,
+    ParallelCorpus,
+    clean,
+    load_parallel,
+    load_tsv,
+    read_lines,
+)
 
 
 def write(path: Path, data: bytes) -> Path:

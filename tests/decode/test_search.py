@@ -11,13 +11,13 @@ import math
 
 import pytest
 import torch
-from tiny_models import V, batch, random_sources, tiny_config, tiny_model
 from torch import Tensor, nn
 
 from qkv import DecoderOnly, Transformer
 from qkv.decode import beam_search, cross_attention, filter_logits, greedy, length_penalty, sample
 from qkv.decode.search import Hypothesis, _in_place_order
 from qkv.model import padding_mask
+from tiny_models import V, batch, random_sources, tiny_config, tiny_model
 
 EOS, A, B = 3, 4, 5
 

@@ -6,7 +6,13 @@ import math
 
 import torch
 
-from qkv.model import ALiBi, RelativePositionBias, RotaryEmbedding, SinusoidalPositionalEncoding, apply_rotary
+from qkv.model import (
+    ALiBi,
+    RelativePositionBias,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    apply_rotary,
+)
 from qkv.model.masks import causal_mask, combine, padding_mask
 from qkv.model.positions import alibi_slopes, relative_position_bucket
 

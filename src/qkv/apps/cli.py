@@ -9,6 +9,10 @@
 
 `translate` and `evaluate` build one `DecodeOptions` from their arguments; the arguments' defaults
 are the defaults of `DecodeOptions` and `Translator`.
+
+A user's mistake or a refusal of the system (a missing file, a full disk, an unknown device) ends
+the command with one line, `qkv COMMAND: error: ...`, and exit status 2; Ctrl-C with one line and
+130; a closed pipe (`qkv translate ... | head`) quietly with 141, as a Unix tool killed by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -16,13 +20,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..config import PRESETS, TransformerConfig
 from ..decode.options import DecodeOptions
-from .translator import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, Translation, Translator
+from .translator import (
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_MAX_SRC_TOKENS,
+    Translation,
+    Translator,
+    check_device,
+)
 
 
 def cmd_params(args: argparse.Namespace) -> int:
@@ -41,12 +52,36 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = load_train_config(args.config, parse_overrides(args.overrides))
     configure_process(**cfg.process_settings())  # threads, seed, allocator: before anything runs
-    result = Trainer(cfg, args.out, resume=args.resume).train()
+    try:
+        result = Trainer(cfg, args.out, resume=args.resume, overwrite=args.overwrite).train()
+    except KeyboardInterrupt:
+        _report_interrupt(args)
+        return 130
     best = ""
     if result.best_step is not None:
         best = f"; best {cfg.valid_metric} at step {result.best_step}"
     print(f"trained {result.step} steps{best}; model directory: {result.out_dir}")
     return 0
+
+
+def _report_interrupt(args: argparse.Namespace) -> None:
+    """After Ctrl-C in `qkv train`: where the last checkpoint is and the command that resumes."""
+    import shlex
+
+    from ..train.checkpoints import list_checkpoints
+
+    done = list_checkpoints(Path(args.out))
+    if not done:
+        message = "qkv train: interrupted before the first checkpoint; nothing to resume"
+        print(message, file=sys.stderr)
+        return
+    command = ["qkv", "train", *([args.config] if args.config else []), "--out", args.out]
+    command += ["--resume", *args.overrides]
+    print(
+        f"qkv train: interrupted; the last checkpoint is {done[-1]}\n"
+        f"continue with: {shlex.join(command)}",
+        file=sys.stderr,
+    )
 
 
 def cmd_average(args: argparse.Namespace) -> int:
@@ -63,7 +98,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if (Path(args.out) / "checkpoints").exists():
         raise ValueError(f"{args.out} already holds a demo run; choose another --out or delete it")
     print(f"training a small Transformer on synthetic numbers (digits -> {args.target} words) ...")
-    result = run_demo(args.out, target=args.target, steps=args.steps, seed=args.seed)
+    result = run_demo(
+        args.out, target=args.target, steps=args.steps, seed=args.seed, overwrite=args.overwrite
+    )
     print(
         f"trained in {result.train_seconds:.0f} s; held-out examples "
         "(source | translation | reference):"
@@ -71,18 +108,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for src, hyp, ref in result.examples[:8]:
         print(f"  {src:<14} | {hyp} | {'ok' if hyp == ref else 'expected: ' + ref}")
     n = len(result.examples)
-    print(f"accuracy: {100 * result.accuracy:.1f}% exact match on {n} held-out numbers")
+    print("exact-match accuracy by digit count (3+ digits: held-out numbers; 1-2: all of them):")
+    for k, (right, total) in result.by_digits.items():
+        print(f"  {k} digit{'s' if k > 1 else ' '}  {100 * right / total:5.1f}%  ({right}/{total})")
+    print(f"accuracy: {100 * result.accuracy:.1f}% exact match on {n} test numbers")
     try_it = f"echo '4 0 5 2' | qkv translate --model {result.out_dir}"
     print(f"model saved to {result.out_dir}  (try: {try_it})")
     return 0
 
 
-def _read_input_lines(path: str | None) -> list[str]:
-    """Lines of FILE (or of stdin, read as UTF-8 whatever the locale), split on "\\n" only."""
+BOM = "\ufeff"  # a UTF-8 byte order mark: dropped from the start of every input, as text tools do
+
+
+def _read_lines(path: str, what: str = "--input") -> list[str]:
+    """Lines of a UTF-8 text file (.gz allowed), split on "\\n" only, without a leading BOM."""
     from ..data.corpus import read_lines
 
+    if Path(path).is_dir():
+        raise ValueError(f"{what} {path} is a directory, not a text file")
+    lines = read_lines(path)
+    if lines:
+        lines[0] = lines[0].removeprefix(BOM)
+    return lines
+
+
+def _read_input_lines(path: str | None) -> list[str]:
+    """Lines of FILE (or of stdin, read as UTF-8 whatever the locale), split on "\\n" only, without
+    a leading BOM."""
     if path is not None:
-        return read_lines(path)
+        return _read_lines(path)
+    if sys.stdin is None:
+        raise ValueError("standard input is closed; give --input FILE")
     if hasattr(sys.stdin, "buffer"):
         data = sys.stdin.buffer.read()
     else:
@@ -91,24 +147,84 @@ def _read_input_lines(path: str | None) -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"stdin is not valid UTF-8 ({e.reason} at byte {e.start})") from None
-    lines = text.split("\n")
+    lines = text.removeprefix(BOM).split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line
     return [line.removesuffix("\r") for line in lines]
 
 
-def _write_output_lines(lines: list[str], path: str | None = None) -> None:
-    """Write lines, each ending in "\\n", as UTF-8 to FILE or stdout; a newline inside a line
-    becomes a space."""
-    text = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines)
-    if path is not None:
-        Path(path).write_text(text, encoding="utf-8")
-    elif hasattr(sys.stdout, "buffer"):
-        sys.stdout.flush()
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        sys.stdout.buffer.flush()
-    else:
-        sys.stdout.write(text)
+class OutputError(ValueError):
+    """The output cannot be written (a full disk, a closed stdout, ...): one line, no traceback.
+    on_stdout: the failed output is stdout, whose buffer must not be flushed again at exit."""
+
+    def __init__(self, message: str, on_stdout: bool = False) -> None:
+        super().__init__(message)
+        self.on_stdout = on_stdout
+
+
+class _Output:
+    """Lines written as UTF-8 to FILE or stdout, each ending in "\\n" (a newline inside a line
+    becomes a space), and flushed at once: what is written stays written if the run is stopped."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.name = "standard output" if path is None else path
+        self._own = path is not None
+        if path is not None:
+            try:
+                self._file = open(path, "wb")  # noqa: SIM115 (closed by close())
+            except OSError as e:
+                raise OutputError(f"cannot write {path}: {e.strerror}") from None
+        elif sys.stdout is None:  # the shell closed it (`>&-`)
+            raise OutputError("standard output is closed; nowhere to write the translations")
+        else:
+            sys.stdout.flush()
+            self._file = getattr(sys.stdout, "buffer", None)  # None: a text-only stdout
+
+    def write(self, lines: Sequence[str]) -> None:
+        text = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines)
+        try:
+            if self._file is None:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            else:
+                self._file.write(text.encode("utf-8"))
+                self._file.flush()
+        except BrokenPipeError:
+            if not self._own:
+                raise  # the reader of stdout has gone: main() stops quietly
+            raise OutputError(f"cannot write to {self.name}: its reader has gone") from None
+        except (OSError, ValueError) as e:  # ValueError: written to a closed file
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            message = f"cannot write to {self.name}: {reason}"
+            raise OutputError(message, on_stdout=not self._own) from None
+
+    def close(self) -> None:
+        if self._own:
+            try:
+                self._file.close()
+            except OSError as e:
+                raise OutputError(f"cannot write to {self.name}: {e.strerror or e}") from None
+
+
+def _check_output_path(path: str, inputs: Sequence[str | os.PathLike[str] | None] = ()) -> None:
+    """Refuse, before any work, an output file that cannot be written (a directory, a missing
+    folder, no permission) or that is one of the inputs; an existing file is left as it is."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"--output {path} is a directory")
+    if not target.parent.is_dir():
+        raise ValueError(f"--output {path}: there is no folder {target.parent}")
+    existed = target.exists()
+    for name in inputs:
+        if existed and name is not None and Path(name).exists() and target.samefile(name):
+            raise ValueError(f"--output {path} is an input file; writing would overwrite it")
+    try:
+        with open(target, "ab"):  # appends nothing: truncates nothing
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write --output {path}: {e.strerror}") from None
+    if not existed:
+        target.unlink(missing_ok=True)
 
 
 def decode_options(args: argparse.Namespace) -> DecodeOptions:
@@ -118,49 +234,67 @@ def decode_options(args: argparse.Namespace) -> DecodeOptions:
     return DecodeOptions(**{name: getattr(args, name) for name in names})
 
 
-def _translate_lines(
-    args: argparse.Namespace, lines: list[str], options: DecodeOptions
-) -> tuple[list[Translation], Translator]:
-    """Load the --model translator and translate `lines` as `options` say; log the speed to
-    stderr. Returns the results and the translator."""
-    import time
-
+def _load_translator(args: argparse.Namespace) -> Translator:
     pack = False if args.no_pack else None
-    translator = Translator.load(
+    return Translator.load(
         args.model, args.device, args.max_src_tokens, quantize=args.quantize, pack=pack
     )
+
+
+def _translate_lines(
+    args: argparse.Namespace,
+    translator: Translator,
+    lines: list[str],
+    options: DecodeOptions,
+    output: _Output | None,
+) -> list[Translation]:
+    """Translate `lines` as `options` say, writing each translation to `output` (if any) as soon
+    as it and all before it are done (n-best lists in Moses format with --nbest > 1); log the
+    speed to stderr. Ctrl-C leaves the finished lines written and says how many."""
+    import time
+
     start = time.perf_counter()
-    results = translator.translate_detailed(
+    results: list[Translation] = []
+    stream = translator.translate_stream(
         lines, options, batch_tokens=args.batch_tokens, workers=args.workers
     )
+    try:
+        for i, r in enumerate(stream):
+            results.append(r)
+            if output is None:
+                continue
+            if options.nbest > 1:  # Moses n-best format: "line index ||| translation ||| score"
+                output.write([f"{i} ||| {text} ||| {score:.4f}" for text, score in r.nbest])
+            else:
+                output.write([r.text])
+    except KeyboardInterrupt:
+        done = f"{len(results)} of {len(lines)} translations"
+        where = "" if output is None else f" written to {output.name}"
+        raise KeyboardInterrupt(f"{done}{where}") from None
     seconds = max(time.perf_counter() - start, 1e-9)
     n_tokens = sum(len(r.tokens) for r in results)
     speed = f"{len(lines) / seconds:.1f} lines/s, {n_tokens / seconds:.0f} tokens/s"
     logging.getLogger("qkv").info(f"translated {len(lines)} lines in {seconds:.1f} s ({speed})")
-    return results, translator
+    return results
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
     options = decode_options(args)
-    results, _ = _translate_lines(args, _read_input_lines(args.input), options)
-    if options.nbest > 1:  # Moses n-best format: "line index ||| translation ||| score"
-        out = [
-            f"{i} ||| {text} ||| {score:.4f}"
-            for i, r in enumerate(results)
-            for text, score in r.nbest
-        ]
-    else:
-        out = [r.text for r in results]
-    _write_output_lines(out)
+    check_device(args.device)
+    lines = _read_input_lines(args.input)
+    output = _Output()
+    translator = _load_translator(args)
+    _translate_lines(args, translator, lines, options, output)
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ..data.corpus import DataError, read_lines
+    from ..data.corpus import DataError
     from ..data.named import get_corpus, named_paths, tokenized_reference_path
     from .evaluate import score
 
     options = decode_options(args)
+    check_device(args.device)
     src_lang = tgt_lang = None
     if args.pair:
         src_lang, _, tgt_lang = args.pair.partition("-")
@@ -188,18 +322,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ValueError(
             "tokenized lowercase BLEU needs the target language: give --lang (or --pair)"
         )
-    sources = read_lines(src)
-    refs = read_lines(ref)
-    tok_refs = None if tok_ref is None else read_lines(tok_ref)
+    sources = _read_lines(src, "--src")
+    refs = _read_lines(ref, "--ref")
+    tok_refs = None if tok_ref is None else _read_lines(tok_ref, "--tok-ref")
     if len(sources) != len(refs) or (tok_refs is not None and len(tok_refs) != len(refs)):
         counts = f"{src} has {len(sources)} lines, {ref} {len(refs)}"
         if tok_refs is not None:
             counts += f", {tok_ref} {len(tok_refs)}"
         raise ValueError(counts)
-    results, translator = _translate_lines(args, sources, options)
-    hyps = [r.text for r in results]
+    if not sources:
+        raise ValueError(f"{src} and {ref} are empty: no sentences to evaluate")
     if args.output:
-        _write_output_lines(hyps, args.output)
+        _check_output_path(args.output, [src, ref, tok_ref])
+    translator = _load_translator(args)
+    output = _Output(args.output) if args.output else None
+    try:
+        results = _translate_lines(args, translator, sources, options, output)
+    finally:
+        if output is not None:
+            output.close()
+    hyps = [r.text for r in results]
     # a model that writes lowercase is scored case-insensitively
     lowercase = translator.tokenizer.lowercase
     print(score(hyps, refs, lang or "", tok_refs, lowercase=lowercase).format())
@@ -301,6 +443,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
     )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into --out even if it is a non-empty directory that holds no training run",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -314,6 +461,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, help="training updates (default: the demo recipe's)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into --out even if it is a non-empty directory that holds no demo run",
+    )
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("average", help="average the last N checkpoints of a training run")
@@ -328,7 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
         "translate",
         help="translate lines from stdin or --input to stdout, one line per line",
         description="Translate text: one output line per input line (an empty line gives an empty "
-        "line). Beam search by default; --sample draws tokens instead.",
+        "line), written in input order as soon as it and the lines before it are done. A byte "
+        "order mark at the start of the input is dropped. Beam search by default; --sample draws "
+        "tokens instead.",
     )
     _add_decoding_arguments(p)
     defaults = DecodeOptions()
@@ -397,7 +551,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--lang", help="target language for BLEU tokenization (default: the target of --pair)"
     )
-    p.add_argument("--output", help="also write the translations to this file")
+    p.add_argument(
+        "--output",
+        help="also write the translations to this file, as they are done (checked before decoding)",
+    )
     p.set_defaults(func=cmd_evaluate)
     return parser
 
@@ -409,7 +566,8 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     own, overrides, i = argv[:1], [], 1
     while i < len(argv):
         token = argv[i]
-        if token in ("--out", "--resume", "-h", "--help") or token.startswith("--out="):
+        own_flags = ("--out", "--resume", "--overwrite", "-h", "--help")
+        if token in own_flags or token.startswith("--out="):
             takes_value = token == "--out"
             own += argv[i : i + 1 + takes_value]
             i += 1 + takes_value
@@ -432,9 +590,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return args.func(args)
-    except ValueError as e:  # user errors: one clear line, no traceback
-        print(f"qkv {args.command}: error: {e}", file=sys.stderr)
+    except BrokenPipeError:  # the reader of the output has gone (`| head`): stop, as Unix tools do
+        _detach_stdout()
+        return 141  # 128 + SIGPIPE, the status of a process that SIGPIPE ended
+    except KeyboardInterrupt as e:  # Ctrl-C: what was done, in one line
+        detail = f" ({e})" if str(e) else ""
+        _error_line(f"qkv {args.command}: interrupted{detail}")
+        return 130  # 128 + SIGINT
+    except (ValueError, OSError) as e:  # user errors and the system's refusals: one clear line
+        if isinstance(e, OutputError) and e.on_stdout:
+            _detach_stdout()
+        _error_line(f"qkv {args.command}: error: {_one_line(e)}")
         return 2
+
+
+def _one_line(e: BaseException) -> str:
+    """The message of an error on one line; an OSError as "reason: file"."""
+    if isinstance(e, OSError) and e.strerror:
+        text = f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    else:
+        text = str(e) or type(e).__name__
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _error_line(text: str) -> None:
+    if sys.stderr is not None:
+        print(text, file=sys.stderr)
+
+
+def _detach_stdout() -> None:
+    """Point stdout's file descriptor at /dev/null, so that Python's flush at exit cannot fail
+    again on what is left in its buffer (and print "Exception ignored ...")."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no stdout, or not a file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer
 def _check_lengths(hyps: list[str], refs: list[str]) -> None:
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    if not refs:
+        raise ValueError("no sentences to score")
 
 
 def bleu(

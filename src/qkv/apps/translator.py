@@ -4,6 +4,8 @@
     translator.translate(["Ein Mann fährt Fahrrad."])       # -> ["A man rides a bike."]
     translator.translate(texts, DecodeOptions(beam=5, alpha=1.0))
     translator.translate_detailed(texts, DecodeOptions(nbest=4), attention=True)  # [Translation]
+    for t in translator.translate_stream(texts):            # in input order, chunk by chunk
+        print(t.text, flush=True)
     Translator.load(["runs/a-avg", "runs/b-avg"])           # an ensemble sharing a tokenizer
 
 Sentences are tokenized, sorted by length (so that batches hold sentences of similar length and
@@ -11,14 +13,18 @@ little padding), cut into batches of at most `batch_tokens` padded source tokens
 `qkv.decode.search` as the `DecodeOptions` say, detokenized and returned in input order. The output
 does not depend on the batching or on the order of the input (sampling aside, whose draws depend on
 the batch). Empty lines give "" without running the model; a line longer than the source limit is
-truncated, with one warning counting such lines.
+truncated, with one warning counting such lines. `translate_stream` sorts and batches within chunks
+of consecutive lines instead, so that each translation can be written as soon as it and all before
+it are done. A beam wider than the target vocabulary, and a device this machine lacks, are refused
+with a ValueError.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -38,6 +44,7 @@ from ..runtime.workers import map_in_workers
 
 DEFAULT_MAX_SRC_TOKENS = 1024  # longest source before truncation (subword tokens, eos included)
 DEFAULT_BATCH_TOKENS = 4096  # most padded source tokens in a batch
+CHUNK_BATCHES = 16  # translate_stream decodes about this many batches' worth of lines at a time
 
 
 @dataclass
@@ -102,7 +109,10 @@ class Translator:
         (`runtime.quantize`). pack: linear weights packed for oneDNN (`runtime.packed`); None packs
         float32 weights on a CPU that supports it. See `runtime.prepare.prepare_for_decoding`.
         """
-        directories = directory if isinstance(directory, list) else [directory]
+        directories = list(directory) if isinstance(directory, list | tuple) else [directory]
+        if not directories:
+            raise ValueError("no model directory given: Translator.load needs at least one")
+        device = check_device(device)
         models = []
         for d in directories:
             model = load_model_dir(d, device)
@@ -122,6 +132,12 @@ class Translator:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def target_vocab_size(self) -> int:
+        """How many tokens the model can write (the largest useful beam)."""
+        model = self.model.members[0] if isinstance(self.model, Ensemble) else self.model
+        return model.config.target_vocab_size
 
     def translate(
         self,
@@ -149,13 +165,55 @@ class Translator:
         """Translate sentences; one `Translation` per input string, in input order.
 
         texts: a list (or other sequence) of sentences; one string alone is refused.
-        options: beam search, sampling and output length limits; None: `DecodeOptions()`.
+        options: beam search, sampling and output length limits; None: `DecodeOptions()`. A beam
+            larger than the target vocabulary is refused.
         attention: also return the best hypothesis's cross-attention (one model, not an ensemble).
         batch_tokens: the most padded source tokens per batch (a longer sentence goes alone).
         workers: decode this many batches at once, each on its share of torch's threads
         (`runtime.workers`); with fewer batches than workers, the largest batches are split so that
         each worker has one.
         """
+        ids, options = self._prepare(texts, options, attention, batch_tokens, workers)
+        return list(self._stream(ids, options, attention, batch_tokens, workers, math.inf))
+
+    def translate_stream(
+        self,
+        texts: Sequence[str],
+        options: DecodeOptions | None = None,
+        *,
+        attention: bool = False,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        workers: int = 1,
+        chunk_tokens: int | None = None,
+    ) -> Iterator[Translation]:
+        """Translate sentences as `translate_detailed` does, but yield each `Translation`, in input
+        order, as soon as it and all the ones before it are done: for writing a long file's
+        translations as they come, so that an interrupted run keeps what it finished.
+
+        The input is decoded a chunk at a time: consecutive lines of at most `chunk_tokens` source
+        tokens (default: CHUNK_BATCHES * batch_tokens, and at least `workers` batches' worth; a
+        longer line is a chunk alone), sorted by length and batched within the chunk. The texts
+        and the options are checked when this is called, before the first chunk is decoded;
+        leaving the iteration early decodes nothing more. The translations are those of
+        `translate_detailed`, except that sampling's draws depend on the batch, hence on the
+        chunking.
+        """
+        ids, options = self._prepare(texts, options, attention, batch_tokens, workers)
+        if chunk_tokens is None:
+            chunk_tokens = max(CHUNK_BATCHES, workers) * batch_tokens
+        if chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
+        return self._stream(ids, options, attention, batch_tokens, workers, chunk_tokens)
+
+    def _prepare(
+        self,
+        texts: Sequence[str],
+        options: DecodeOptions | None,
+        attention: bool,
+        batch_tokens: int,
+        workers: int,
+    ) -> tuple[list[list[int]], DecodeOptions]:
+        """Check the arguments of a translation and encode the texts -> (source ids, options)."""
         if isinstance(texts, str):
             raise TypeError("texts must be a list of sentences, got one str; pass [text]")
         texts = list(texts)
@@ -167,14 +225,53 @@ class Translator:
         if not isinstance(options, DecodeOptions):
             name = type(options).__name__
             raise TypeError(f"options must be a DecodeOptions, got {name}")
+        vocab = self.target_vocab_size
+        if not options.sampling and options.beam > vocab:
+            raise ValueError(
+                f"beam {options.beam} is larger than the model's target vocabulary of {vocab} "
+                f"tokens; use a beam of at most {vocab}"
+            )
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
         if attention and isinstance(self.model, Ensemble):
             raise ValueError(
                 "attention weights come from one model; translate with one model for them"
             )
-        ids = self._encode(texts)
-        results: list[Translation | None] = [None] * len(texts)
+        return self._encode(texts), options
+
+    def _stream(
+        self,
+        ids: list[list[int]],
+        options: DecodeOptions,
+        attention: bool,
+        batch_tokens: int,
+        workers: int,
+        chunk_tokens: float,
+    ) -> Iterator[Translation]:
+        """The translations of `ids`, in order, decoded a chunk of at most chunk_tokens source
+        tokens at a time. Batch b of the whole input samples with seed + b."""
+        first_batch = 0
+        for start, end in _chunks(ids, chunk_tokens):
+            results, n_batches = self._decode_chunk(
+                ids[start:end], options, attention, batch_tokens, workers, first_batch
+            )
+            first_batch += n_batches
+            yield from results
+
+    def _decode_chunk(
+        self,
+        ids: list[list[int]],
+        options: DecodeOptions,
+        attention: bool,
+        batch_tokens: int,
+        workers: int,
+        first_batch: int,
+    ) -> tuple[list[Translation], int]:
+        """Translations of these source ids, in their order: sorted by length, cut into batches
+        (the first one numbered `first_batch`) and decoded -> (translations, number of batches)."""
+        results: list[Translation | None] = [None] * len(ids)
         for i, seq in enumerate(ids):
             if not seq:
                 results[i] = Translation("", 0.0, [], [("", 0.0)])
@@ -196,7 +293,7 @@ class Translator:
             src = pad_sequences(rows, self.tokenizer.pad_id).to(self.device)  # (B, S)
             lengths = [options.max_output_length(len(ids[i])) for i in batch]
             max_len = torch.tensor(lengths, device=self.device)  # (B,)
-            return src, self._search(src, options, max_len, seed=options.seed + b)
+            return src, self._search(src, options, max_len, seed=options.seed + first_batch + b)
 
         jobs = list(enumerate(bounds))
         decoded = map_in_workers(decode, jobs, workers)
@@ -207,7 +304,7 @@ class Translator:
                 attn = cross_attention(self.model, src, [h[0].tokens for h in hyps])
             for row, (i, sentence_hyps) in enumerate(zip(batch, hyps, strict=True)):
                 results[i] = self._translation(sentence_hyps, None if attn is None else attn[row])
-        return results  # type: ignore[return-value]
+        return results, len(bounds)  # type: ignore[return-value]
 
     def _search(
         self, src: Tensor, options: DecodeOptions, max_len: Tensor, seed: int
@@ -249,7 +346,7 @@ class Translator:
             warnings.warn(
                 f"{n_long} of {len(texts)} input lines are longer than {room} subword tokens "
                 "and were truncated to that length",
-                stacklevel=3,
+                stacklevel=4,
             )
         return [seq[:room] for seq in ids]
 
@@ -260,4 +357,48 @@ class Translator:
         return Translation(texts[0], best.score, best.tokens, nbest, attention)
 
 
-__all__ = ["Translation", "Translator"]
+def _chunks(ids: list[list[int]], chunk_tokens: float) -> Iterator[tuple[int, int]]:
+    """(start, end) of consecutive runs of `ids` holding at most chunk_tokens tokens (eos counted;
+    empty lines count none) each; a longer line is a run alone."""
+    start, tokens = 0, 0
+    for i, seq in enumerate(ids):
+        size = len(seq) + 1 if seq else 0
+        if tokens and tokens + size > chunk_tokens:
+            yield start, i
+            start, tokens = i, 0
+        tokens += size
+    if start < len(ids):
+        yield start, len(ids)
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """`torch.device(device)`, checked to be usable on this machine; a ValueError in one line says
+    why not (an unknown name, no CUDA, a CUDA index beyond the devices there are, no MPS)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"unknown device {str(device)!r}; expected cpu, cuda, cuda:N, mps, ..."
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            built = "" if torch.version.cuda else " (this PyTorch is built without CUDA)"
+            raise ValueError(f"device {str(device)!r}: CUDA is not available here{built}")
+        n = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= n:
+            raise ValueError(f"device {str(device)!r}: there are {n} CUDA devices (cuda:0 ..)")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {str(device)!r}: MPS is not available here")
+    elif dev.type == "meta":
+        raise ValueError("device 'meta' holds no data; translate on cpu, cuda or mps")
+    elif dev.type != "cpu":
+        try:
+            torch.empty(1, device=dev)
+        except (RuntimeError, AssertionError) as e:
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
+            raise ValueError(f"device {str(device)!r} is not usable here: {reason}") from None
+    return dev
+
+
+__all__ = ["Translation", "Translator", "check_device"]

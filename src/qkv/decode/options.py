@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from .search import DEFAULT_MAX_LEN_B
 
+MAX_OUTPUT_TOKENS = 8192  # the longest output of one sentence, whatever max_len_a and max_len_b say
+
 
 @dataclass(frozen=True)
 class DecodeOptions:
@@ -28,7 +30,7 @@ class DecodeOptions:
     nbest: how many hypotheses to return per sentence, best first (1 <= nbest <= beam; 1 when
         sampling).
     max_len_a, max_len_b: a sentence's output has at most max_len_a * source tokens + max_len_b
-        tokens (subword tokens, eos counted in neither).
+        tokens (subword tokens, eos counted in neither), and never more than MAX_OUTPUT_TOKENS.
     min_len: eos is forbidden before this many tokens (the length limit still ends the output).
     sampling: draw each token from the model's distribution instead of searching, reshaped by
         temperature, top_k (the k most probable tokens; 0: all) and top_p (the smallest set of most
@@ -69,12 +71,12 @@ class DecodeOptions:
             raise ValueError(f"alpha must be a finite number, got {self.alpha}")
         if not (math.isfinite(self.max_len_a) and self.max_len_a >= 0):
             raise ValueError(f"max_len_a must be a finite number >= 0, got {self.max_len_a}")
-        if self.max_len_b < 0:
-            raise ValueError(f"max_len_b must be >= 0, got {self.max_len_b}")
-        if self.min_len < 0:
-            raise ValueError(f"min_len must be >= 0, got {self.min_len}")
-        if not self.temperature > 0:  # also refuses nan
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        for name in ("max_len_b", "min_len"):
+            value = getattr(self, name)
+            if not 0 <= value <= MAX_OUTPUT_TOKENS:
+                raise ValueError(f"{name} must be between 0 and {MAX_OUTPUT_TOKENS}, got {value}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0: all tokens), got {self.top_k}")
         if not 0 < self.top_p <= 1:
@@ -87,8 +89,9 @@ class DecodeOptions:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     def max_output_length(self, source_tokens: int) -> int:
-        """The most output tokens for a source of this many tokens (eos counted in neither)."""
-        return int(self.max_len_a * source_tokens + self.max_len_b)
+        """The most output tokens for a source of this many tokens (eos counted in neither):
+        max_len_a * source_tokens + max_len_b, at most MAX_OUTPUT_TOKENS."""
+        return min(int(self.max_len_a * source_tokens + self.max_len_b), MAX_OUTPUT_TOKENS)
 
 
 def _check_type(options: DecodeOptions, name: str, kind: type) -> None:
@@ -100,4 +103,4 @@ def _check_type(options: DecodeOptions, name: str, kind: type) -> None:
         raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
-__all__ = ["DecodeOptions"]
+__all__ = ["MAX_OUTPUT_TOKENS", "DecodeOptions"]
