@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from tiny_models import batch, random_sources, tiny_model
 
 from qkv.decode import beam_search, greedy
 from qkv.decode.ensemble import Ensemble
 from qkv.decode.search import Hypothesis
 from qkv.model import padding_mask
+from tiny_models import batch, random_sources, tiny_model
 
 
 def members() -> list:

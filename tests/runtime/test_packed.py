@@ -7,12 +7,12 @@ import copy
 
 import pytest
 import torch
-from tiny_models import batch, random_sources, tiny_config, tiny_model
 from torch import nn
 
 from qkv import DecoderOnly, Transformer
 from qkv.decode import beam_search, greedy
 from qkv.runtime.packed import PackedLinear, pack_linear_weights, packing_available
+from tiny_models import batch, random_sources, tiny_config, tiny_model
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN packed linear")
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import batch, random_sources, tiny_config, tiny_model
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from qkv import Transformer
 from qkv.decode import greedy
 from qkv.runtime.quantize import quantize_int8
+from tiny_models import batch, random_sources, tiny_config, tiny_model
 
 
 def test_every_linear_becomes_int8_and_the_float_model_is_left_alone() -> None:
