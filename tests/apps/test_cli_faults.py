@@ -12,41 +12,20 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from qkv import Transformer, TransformerConfig
 from qkv.apps.cli import main
 from qkv.apps.translator import Translator
 from qkv.data.tokenizer import SubwordTokenizer
 from qkv.decode.options import DecodeOptions
-from qkv.modeldir import save_model_dir
 from sentences import EN, ZH  # tests/sentences.py
 
 FAST = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "4"]  # short outputs keep the tests fast
 FAST_OPTIONS = DecodeOptions(beam=2, max_len_a=0.5, max_len_b=4)
 BOM = "\ufeff"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("model")
-    tokenizer = SubwordTokenizer.train(EN, ZH, directory, vocab_size=500)
-    torch.manual_seed(0)
-    cfg = TransformerConfig.preset("tiny", src_vocab_size=tokenizer.src_vocab_size, dropout=0.0,
-                                   attention_dropout=0.0)
-    return save_model_dir(directory, Transformer(cfg), tokenizer)
 
 
 def one_error_line(err: str, command: str = "translate") -> str:
