@@ -7,7 +7,7 @@ from torch import Tensor
 
 from qkv import Transformer, TransformerConfig
 from qkv.data.batching import pad_sequences
-from qkv.model import DecoderCache
+from qkv.model import AttentionWeights, DecoderCache
 
 V = 40  # vocabulary: pad 0, unk 1, bos 2, eos 3, words 4..39
 
@@ -30,9 +30,9 @@ class EndingTransformer(Transformer):
         self.register_buffer("eos_bias", 8 * torch.rand(config.target_vocab_size, generator=g) - 4)
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
-               cache: DecoderCache | None = None) -> Tensor:
+               cache: DecoderCache | None = None, weights: AttentionWeights | None = None) -> Tensor:
         offset = 0 if cache is None else cache.length
-        logits = super().decode(tgt_ids, memory, memory_mask, cache)  # (B, T, V)
+        logits = super().decode(tgt_ids, memory, memory_mask, cache, weights)  # (B, T, V)
         position = torch.arange(offset, offset + tgt_ids.size(1), device=tgt_ids.device)  # (T,)
         bias = self.eos_bias[tgt_ids] + 0.1 * position  # (B, T)
         return torch.cat([logits[..., :3], logits[..., 3:4] + bias[..., None], logits[..., 4:]], dim=-1)

@@ -14,9 +14,9 @@ import torch
 from torch import Tensor, nn
 
 from qkv import DecoderOnly, Transformer
-from qkv.decode import beam_search, cross_attention, filter_logits, greedy, length_penalty, sample
+from qkv.decode import attention_weights, beam_search, filter_logits, greedy, length_penalty, sample
 from qkv.decode.search import Hypothesis, _in_place_order
-from qkv.model import padding_mask
+from qkv.model import AttentionWeights, padding_mask
 from tiny_models import V, batch, random_sources, tiny_config, tiny_model
 
 EOS, A, B = 3, 4, 5
@@ -263,22 +263,26 @@ def test_decoder_only_prompts() -> None:
         greedy(model, torch.tensor([[5, 6], [5, 0]]))
 
 
-def test_cross_attention_equals_the_incremental_decoders() -> None:
+def test_attention_weights_equal_the_incremental_decoders() -> None:
     model = tiny_model(ending=False)
     sources = random_sources(3)
     src = batch(sources)
     hyps = greedy(model, src, min_len=6, max_len=6)
-    attention = cross_attention(model, src, [h.tokens for h in hyps])
+    maps = attention_weights(model, src, [h.tokens for h in hyps])
     mask = padding_mask(src, 0)
     with torch.no_grad():
         memory, cache = model.encode(src, mask), model.new_cache()
         ys = torch.tensor([[2, *h.tokens] for h in hyps])  # every hypothesis has 6 tokens
-        steps = [model.decoder(ys[:, t:t + 1], memory, mask, cache, need_weights=True)[1][-1] for t in range(7)]
-    incremental = torch.cat(steps, dim=2).mean(1)  # (B, T, S)
-    for i, (s, a) in enumerate(zip(sources, attention, strict=True)):
-        assert a.shape == (7, len(s))
-        torch.testing.assert_close(a.sum(-1), torch.ones(7))
-        torch.testing.assert_close(a, incremental[i, :, : len(s)])
+        steps = [model.decoder(ys[:, t:t + 1], memory, mask, cache, weights=AttentionWeights())[1] for t in range(7)]
+    for layer in range(len(model.decoder.layers)):
+        incremental = torch.cat([step.cross[layer] for step in steps], dim=2)  # (B, H, T, S)
+        for i, (s, m) in enumerate(zip(sources, maps, strict=True)):
+            assert m.cross[layer].shape == (model.config.n_heads, 7, len(s))
+            torch.testing.assert_close(m.cross[layer].sum(-1), torch.ones(model.config.n_heads, 7))
+            torch.testing.assert_close(m.cross[layer], incremental[i, :, :, : len(s)])
+            for t, step in enumerate(steps):  # step t's query sees positions 0..t; later ones get 0
+                torch.testing.assert_close(m.decoder[layer][:, t, : t + 1], step.decoder[layer][i, :, 0])
+                assert (m.decoder[layer][:, t, t + 1:] == 0).all()
 
 
 def test_bad_arguments() -> None:

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from qkv import DecoderOnly, EncoderOnly, Transformer, TransformerConfig
-from qkv.model import count_parameters
+from qkv.model import AttentionWeights, count_parameters
 from qkv.model.cache import DecoderCache
 from qkv.model.masks import padding_mask
 
@@ -190,10 +190,10 @@ def test_beams_sharing_a_memory_row_equal_an_expanded_memory(n_kv_heads: int | N
             torch.testing.assert_close(stepped, want, atol=1e-5, rtol=1e-5)
         assert shared.cross_attn is not None and shared.cross_attn[0].keys.size(0) == 2
         assert shared.cross_attn[0].keys.is_contiguous()  # not a view into the fused projection: no copy per step
-        hidden, weights = model.decoder(prefix, memory, src_mask, need_weights=True)
-        hidden_wide, weights_wide = model.decoder(prefix, wide, wide_mask, need_weights=True)
+        hidden, weights = model.decoder(prefix, memory, src_mask, weights=AttentionWeights())
+        hidden_wide, weights_wide = model.decoder(prefix, wide, wide_mask, weights=AttentionWeights())
     torch.testing.assert_close(hidden, hidden_wide, atol=1e-5, rtol=1e-5)
-    for w, w_wide in zip(weights, weights_wide, strict=True):
+    for w, w_wide in zip(weights.cross, weights_wide.cross, strict=True):
         assert w is not None and w_wide is not None
         torch.testing.assert_close(w, w_wide, atol=1e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="cannot share"):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from qkv import Transformer, TransformerConfig
-from qkv.model import MultiHeadedAttention
+from qkv.model import AttentionWeights, MultiHeadedAttention
 from qkv.model.masks import padding_mask
 from qkv.runtime.attention import DecodingAttention, use_decoding_attention
 
@@ -63,10 +63,10 @@ def test_beams_sharing_a_memory_row_equal_the_plain_model(n_kv_heads: int | None
             got = fast.decode(prefix[:, t:t + 1], memory, src_mask, fast_cache)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         assert fast_cache.cross_attn is not None and fast_cache.cross_attn[0].keys.size(0) == 2
-        hidden, weights = fast.decoder(prefix, memory, src_mask, need_weights=True)
-        hidden_plain, weights_plain = plain.decoder(prefix, memory, src_mask, need_weights=True)
+        hidden, weights = fast.decoder(prefix, memory, src_mask, weights=AttentionWeights())
+        hidden_plain, weights_plain = plain.decoder(prefix, memory, src_mask, weights=AttentionWeights())
     torch.testing.assert_close(hidden, hidden_plain, atol=1e-5, rtol=1e-5)
-    for w, w_plain in zip(weights, weights_plain, strict=True):
+    for w, w_plain in zip(weights.cross + weights.decoder, weights_plain.cross + weights_plain.decoder, strict=True):
         assert w is not None and w_plain is not None
         torch.testing.assert_close(w, w_plain, atol=1e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="cannot share"):

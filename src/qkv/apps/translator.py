@@ -4,6 +4,7 @@
     translator.translate(["Ein Mann fährt Fahrrad."])       # -> ["A man rides a bike."]
     translator.translate(texts, DecodeOptions(beam=5, alpha=1.0))
     translator.translate_detailed(texts, DecodeOptions(nbest=4), attention=True)  # [Translation]
+    translator.translate_detailed(texts, alignment=True)[0].alignment   # [(src word, tgt word)]
     for t in translator.translate_stream(texts):            # in input order, chunk by chunk
         print(t.text, flush=True)
     Translator.load(["runs/a-avg", "runs/b-avg"])           # an ensemble sharing a tokenizer
@@ -34,10 +35,11 @@ from torch import Tensor
 
 from ..data.batching import cut_into_batches, pad_sequences
 from ..data.tokenizer import SubwordTokenizer
+from ..decode.alignment import hard_alignment
 from ..decode.ensemble import Ensemble
 from ..decode.options import DecodeOptions
-from ..decode.search import Hypothesis, beam_search, cross_attention, greedy, sample
-from ..model import Transformer
+from ..decode.search import Hypothesis, attention_weights, beam_search, greedy, sample
+from ..model import AttentionWeights, Transformer
 from ..modeldir import load_model_dir
 from ..runtime.prepare import prepare_for_decoding
 from ..runtime.workers import map_in_workers
@@ -57,6 +59,14 @@ class Translation:
     nbest: (text, score) of the n best hypotheses, best first.
     attention: on request, the best hypothesis's last-layer cross-attention averaged over heads,
         (T, S) with T = len(tokens) + 1 (the last row predicted eos) and S = source tokens + eos.
+    source_tokens, target_tokens: with attention, alignment or attention_maps: the subword pieces
+        the model read and wrote, as SentencePiece spells them ("▁" before a word), eos ("</s>")
+        included: the columns and rows of `attention`.
+    alignment: on request, hard word alignments from `attention`: (source word, target word)
+        pairs, 0-based whitespace words (`qkv.decode.alignment`).
+    attention_maps: on request, every layer's and head's attention of the best hypothesis:
+        encoder (H, S, S), decoder (H, T, T), cross (H, T, S) per layer (`decode.search`).
+    An empty input line is not decoded: its tokens and alignment are empty, its maps None.
     """
 
     text: str
@@ -64,6 +74,36 @@ class Translation:
     tokens: list[int]
     nbest: list[tuple[str, float]]
     attention: Tensor | None = None
+    source_tokens: list[str] | None = None
+    target_tokens: list[str] | None = None
+    alignment: list[tuple[int, int]] | None = None
+    attention_maps: AttentionWeights | None = None
+
+
+@dataclass(frozen=True)
+class _Extras:
+    """What a translation carries on request besides its text and score."""
+
+    attention: bool = False
+    alignment: bool = False
+    maps: bool = False
+
+    @property
+    def weights(self) -> bool:
+        """Whether any of them needs the attention weights (and the tokens)."""
+        return self.attention or self.alignment or self.maps
+
+    def empty(self) -> Translation:
+        """The Translation of an empty line, which is not decoded: no tokens, no alignment."""
+        return Translation(
+            "",
+            0.0,
+            [],
+            [("", 0.0)],
+            source_tokens=[] if self.weights else None,
+            target_tokens=[] if self.weights else None,
+            alignment=[] if self.alignment else None,
+        )
 
 
 class Translator:
@@ -159,6 +199,8 @@ class Translator:
         options: DecodeOptions | None = None,
         *,
         attention: bool = False,
+        alignment: bool = False,
+        attention_maps: bool = False,
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         workers: int = 1,
     ) -> list[Translation]:
@@ -167,14 +209,19 @@ class Translator:
         texts: a list (or other sequence) of sentences; one string alone is refused.
         options: beam search, sampling and output length limits; None: `DecodeOptions()`. A beam
             larger than the target vocabulary is refused.
-        attention: also return the best hypothesis's cross-attention (one model, not an ensemble).
+        attention: also return the best hypothesis's cross-attention and its tokens.
+        alignment: also return its hard word alignment (and its tokens).
+        attention_maps: also return every layer's and head's attention weights.
+            The three need one model, not an ensemble; they are computed after the search, by
+            one teacher-forced pass over each batch's best hypotheses (`search.attention_weights`).
         batch_tokens: the most padded source tokens per batch (a longer sentence goes alone).
         workers: decode this many batches at once, each on its share of torch's threads
         (`runtime.workers`); with fewer batches than workers, the largest batches are split so that
         each worker has one.
         """
-        ids, options = self._prepare(texts, options, attention, batch_tokens, workers)
-        return list(self._stream(ids, options, attention, batch_tokens, workers, math.inf))
+        extras = _Extras(attention, alignment, attention_maps)
+        ids, options = self._prepare(texts, options, extras, batch_tokens, workers)
+        return list(self._stream(ids, options, extras, batch_tokens, workers, math.inf))
 
     def translate_stream(
         self,
@@ -182,6 +229,8 @@ class Translator:
         options: DecodeOptions | None = None,
         *,
         attention: bool = False,
+        alignment: bool = False,
+        attention_maps: bool = False,
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         workers: int = 1,
         chunk_tokens: int | None = None,
@@ -198,18 +247,19 @@ class Translator:
         `translate_detailed`, except that sampling's draws depend on the batch, hence on the
         chunking.
         """
-        ids, options = self._prepare(texts, options, attention, batch_tokens, workers)
+        extras = _Extras(attention, alignment, attention_maps)
+        ids, options = self._prepare(texts, options, extras, batch_tokens, workers)
         if chunk_tokens is None:
             chunk_tokens = max(CHUNK_BATCHES, workers) * batch_tokens
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
-        return self._stream(ids, options, attention, batch_tokens, workers, chunk_tokens)
+        return self._stream(ids, options, extras, batch_tokens, workers, chunk_tokens)
 
     def _prepare(
         self,
         texts: Sequence[str],
         options: DecodeOptions | None,
-        attention: bool,
+        extras: _Extras,
         batch_tokens: int,
         workers: int,
     ) -> tuple[list[list[int]], DecodeOptions]:
@@ -235,7 +285,7 @@ class Translator:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        if attention and isinstance(self.model, Ensemble):
+        if extras.weights and isinstance(self.model, Ensemble):
             raise ValueError(
                 "attention weights come from one model; translate with one model for them"
             )
@@ -245,7 +295,7 @@ class Translator:
         self,
         ids: list[list[int]],
         options: DecodeOptions,
-        attention: bool,
+        extras: _Extras,
         batch_tokens: int,
         workers: int,
         chunk_tokens: float,
@@ -255,7 +305,7 @@ class Translator:
         first_batch = 0
         for start, end in _chunks(ids, chunk_tokens):
             results, n_batches = self._decode_chunk(
-                ids[start:end], options, attention, batch_tokens, workers, first_batch
+                ids[start:end], options, extras, batch_tokens, workers, first_batch
             )
             first_batch += n_batches
             yield from results
@@ -264,7 +314,7 @@ class Translator:
         self,
         ids: list[list[int]],
         options: DecodeOptions,
-        attention: bool,
+        extras: _Extras,
         batch_tokens: int,
         workers: int,
         first_batch: int,
@@ -274,7 +324,7 @@ class Translator:
         results: list[Translation | None] = [None] * len(ids)
         for i, seq in enumerate(ids):
             if not seq:
-                results[i] = Translation("", 0.0, [], [("", 0.0)])
+                results[i] = extras.empty()
         nonempty = (i for i, seq in enumerate(ids) if seq)
         order = sorted(nonempty, key=lambda i: -len(ids[i]))  # longest first
         sizes = np.array([len(ids[i]) + 1 for i in order], dtype=np.int64)
@@ -299,11 +349,12 @@ class Translator:
         decoded = map_in_workers(decode, jobs, workers)
         for (_, (start, end)), (src, hyps) in zip(jobs, decoded, strict=True):
             batch = order[start:end]
-            attn = None
-            if attention:
-                attn = cross_attention(self.model, src, [h[0].tokens for h in hyps])
+            maps = None
+            if extras.weights:  # one teacher-forced pass over the batch's best hypotheses
+                maps = attention_weights(self.model, src, [h[0].tokens for h in hyps])
             for row, (i, sentence_hyps) in enumerate(zip(batch, hyps, strict=True)):
-                results[i] = self._translation(sentence_hyps, None if attn is None else attn[row])
+                row_maps = None if maps is None else maps[row]
+                results[i] = self._translation(sentence_hyps, ids[i], row_maps, extras)
         return results, len(bounds)  # type: ignore[return-value]
 
     def _search(
@@ -350,11 +401,32 @@ class Translator:
             )
         return [seq[:room] for seq in ids]
 
-    def _translation(self, hyps: list[Hypothesis], attention: Tensor | None) -> Translation:
+    def _translation(
+        self,
+        hyps: list[Hypothesis],
+        src_ids: list[int],
+        maps: AttentionWeights | None,
+        extras: _Extras,
+    ) -> Translation:
+        """The Translation of a sentence's hypotheses (best first) and the best one's maps."""
         texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         nbest = [(text, h.score) for text, h in zip(texts, hyps, strict=True)]
         best = hyps[0]
-        return Translation(texts[0], best.score, best.tokens, nbest, attention)
+        result = Translation(texts[0], best.score, best.tokens, nbest)
+        if maps is None:
+            return result
+        eos = self.tokenizer.eos_id
+        result.source_tokens = self.tokenizer.src_sp.id_to_piece([*src_ids, eos])
+        result.target_tokens = self.tokenizer.tgt_sp.id_to_piece([*best.tokens, eos])
+        attention = maps.cross[-1].mean(dim=0)  # (T, S): the last layer, heads averaged
+        if extras.attention:
+            result.attention = attention
+        if extras.alignment:  # eos rows and columns left out
+            pieces = result.source_tokens[:-1], result.target_tokens[:-1]
+            result.alignment = hard_alignment(attention[:-1, :-1], *pieces)
+        if extras.maps:
+            result.attention_maps = maps
+        return result
 
 
 def _chunks(ids: list[list[int]], chunk_tokens: float) -> Iterator[tuple[int, int]]:

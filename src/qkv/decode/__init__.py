@@ -3,8 +3,8 @@ and the decoding options as one value (`DecodeOptions`)."""
 
 from .search import (
     Hypothesis,
+    attention_weights,
     beam_search,
-    cross_attention,
     filter_logits,
     greedy,
     length_penalty,
@@ -13,8 +13,8 @@ from .search import (
 
 __all__ = [
     "Hypothesis",
+    "attention_weights",
     "beam_search",
-    "cross_attention",
     "filter_logits",
     "greedy",
     "length_penalty",

@@ -45,7 +45,7 @@ from torch import Tensor
 
 from ..config import TransformerConfig
 from ..data.batching import pad_sequences
-from ..model import Transformer
+from ..model import AttentionWeights, Transformer
 from ..model.masks import padding_mask
 from .interface import Decodable
 
@@ -393,31 +393,47 @@ def beam_search(
 
 
 @torch.inference_mode()
-def cross_attention(model: Transformer, src: Tensor, outputs: list[list[int]]) -> list[Tensor]:
-    """The last decoder layer's cross-attention, averaged over heads, for given outputs.
+def attention_weights(
+    model: Transformer, src: Tensor, outputs: list[list[int]]
+) -> list[AttentionWeights]:
+    """Every layer's and head's attention weights for given outputs, computed by teacher forcing.
 
-    Computed with teacher forcing. src (B, S); outputs: B lists of generated ids (eos excluded).
-    Returns B tensors (T, S_i): row t is the query that predicted output token t (the last row
-    predicted eos), T = len(tokens) + 1, and S_i the source length of row i with its eos.
-    Recomputing with a full forward pass keeps decoding itself on the fast path, and gives the same
-    weights as the incremental decoder.
+    src (B, S); outputs: B lists of generated ids (eos excluded). Returns one `AttentionWeights`
+    per row, its maps cut to that row's lengths, without the batch dimension, float32 on the CPU:
+    encoder (H, S_i, S_i), decoder (H, T_i, T_i), cross (H, T_i, S_i), with S_i the source length of
+    row i (its eos included) and T_i = len(tokens) + 1 decoder positions: position t reads bos
+    (t = 0) or output token t - 1 and predicted output token t (the last predicted eos).
+    Recomputing with one forward pass keeps decoding itself on the fast path, and gives the weights
+    of the incremental decoder.
     """
     cfg = model.config
     tgt = pad_sequences([[cfg.bos_id, *toks] for toks in outputs], cfg.pad_id)  # (B, T)
     tgt = tgt.to(src.device)
     mask = padding_mask(src, cfg.pad_id)
-    _, weights = model.decoder(tgt, model.encode(src, mask), mask, need_weights=True)
-    last = weights[-1]
-    assert last is not None
-    attn = last.float().mean(dim=1)  # (B, T, S)
+    weights = AttentionWeights()
+    model.decoder(tgt, model.encode(src, mask, weights), mask, weights=weights)
     src_lengths = (src != cfg.pad_id).sum(1).tolist()
-    return [attn[i, : len(toks) + 1, : src_lengths[i]].cpu() for i, toks in enumerate(outputs)]
+
+    def cut(maps: list[Tensor], i: int, queries: int, keys: int) -> list[Tensor]:
+        return [w[i, :, :queries, :keys].float().cpu().clone() for w in maps]  # (H, T_q, T_k)
+
+    rows = []
+    for i, tokens in enumerate(outputs):
+        S, T = src_lengths[i], len(tokens) + 1
+        rows.append(
+            AttentionWeights(
+                encoder=cut(weights.encoder, i, S, S),
+                decoder=cut(weights.decoder, i, T, T),
+                cross=cut(weights.cross, i, T, S),
+            )
+        )
+    return rows
 
 
 __all__ = [
     "Hypothesis",
+    "attention_weights",
     "beam_search",
-    "cross_attention",
     "filter_logits",
     "greedy",
     "length_penalty",

@@ -5,6 +5,7 @@ Imports nothing else of qkv except the config.
 
 from .attention import (
     AdditiveScore,
+    AttentionWeights,
     BilinearScore,
     DotProductScore,
     MultiHeadedAttention,
@@ -29,6 +30,7 @@ from .transformer import Decoder, DecoderOnly, Encoder, EncoderOnly, Transformer
 __all__ = [
     "ALiBi",
     "AdditiveScore",
+    "AttentionWeights",
     "BilinearScore",
     "Decoder",
     "DecoderCache",

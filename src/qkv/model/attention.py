@@ -17,11 +17,15 @@ dot-product scores whenever the weights are not asked for (`fused = True`, nanoG
 set it to False to run the readable path everywhere). `per_head_attention` is the literal reference:
 one head at a time. Faster kernels for decoding (few queries per row, beams sharing a memory row)
 live in `qkv.runtime.attention` and are swapped in from outside by `qkv.runtime.prepare`.
+
+A model, a stack or a layer hands out its attention weights, every layer and head, when it is given
+an `AttentionWeights` to fill (`weights=`): the one way to ask for them (no hooks).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -313,6 +317,30 @@ class MultiHeadedAttention(nn.Module):
         scores = self.score(q, k) / self.temperature  # (B, H, T, S)
         out, weights = softmax_attention(scores, v, mask, bias, self.dropout)
         return out, weights if need_weights else None
+
+
+@dataclass
+class AttentionWeights:
+    """The attention weights of a forward pass, one tensor per layer, every head, in layer order.
+
+        weights = AttentionWeights()
+        logits = model(src_ids, tgt_in_ids, weights=weights)
+        weights.cross[-1]             # the last decoder layer's cross-attention (B, H, T, S)
+
+    encoder: the encoder layers' self-attention, (B, H, S, S)
+    decoder: the decoder layers' masked self-attention, (B, H, T, T_k) (T_k = cached + T positions)
+    cross:   the decoder layers' attention over the memory, (B, H, T, S)
+
+    Each attention module that runs with it appends its weights to the list of its kind (encoder
+    layers to `encoder`, decoder layers to `decoder` and `cross`), computed by the readable path
+    (`softmax_attention`): the fused kernel gives no weights. Row q of a map is query q's weights
+    over the keys: they sum to 1 over the keys it may attend to and are 0 elsewhere. With a cache,
+    every decoding step appends one more entry per layer (use a fresh one per step).
+    """
+
+    encoder: list[Tensor] = field(default_factory=list)
+    decoder: list[Tensor] = field(default_factory=list)
+    cross: list[Tensor] = field(default_factory=list)
 
 
 def per_head_attention(

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
-from .attention import MultiHeadedAttention
+from .attention import AttentionWeights, MultiHeadedAttention
 from .cache import KVCache
 
 
@@ -83,13 +83,19 @@ class SublayerConnection(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
     def with_weights(
-        self, x: Tensor, sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]]
-    ) -> tuple[Tensor, Tensor | None]:
-        """The same for an attention sub-layer that also returns its weights: -> (x, weights)."""
+        self,
+        x: Tensor,
+        sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]],
+        into: list[Tensor] | None,
+    ) -> Tensor:
+        """The same for an attention sub-layer, which returns (output, weights or None): the
+        weights are appended to `into` (a list of an `AttentionWeights`), when it is given."""
         out, weights = sublayer(self.norm(x) if self.norm_first else x)
+        if into is not None and weights is not None:
+            into.append(weights)
         if self.norm_first:
-            return x + self.dropout(out), weights
-        return self.norm(x + self.dropout(out)), weights
+            return x + self.dropout(out)
+        return self.norm(x + self.dropout(out))
 
 
 def _attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadedAttention:
@@ -131,9 +137,14 @@ class EncoderLayer(nn.Module):
         mask: Tensor | None = None,
         bias: Tensor | None = None,
         rotary: tuple[Tensor, Tensor] | None = None,
+        weights: AttentionWeights | None = None,
     ) -> Tensor:
-        x = self.self_attn_block(
-            x, lambda h: self.self_attn(h, mask=mask, bias=bias, rotary=rotary)[0]
+        """weights: if given, the self-attention weights (B, H, S, S) go to `weights.encoder`."""
+        keep = weights is not None
+        x = self.self_attn_block.with_weights(
+            x,
+            lambda h: self.self_attn(h, mask=mask, bias=bias, rotary=rotary, need_weights=keep),
+            None if weights is None else weights.encoder,
         )
         return self.ff_block(x, self.feed_forward)
 
@@ -141,8 +152,9 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the memory (absent in decoder-only models), FFN.
 
-    x (B, T, D), memory (B, S, D) -> (B, T, D) and, if need_weights, the cross-attention weights
-    (B, H, T, S).
+    x (B, T, D), memory (B, S, D) -> (B, T, D). weights: if given, the self-attention weights
+    (B, H, T, T_k) go to `weights.decoder` and the cross-attention weights (B, H, T, S) to
+    `weights.cross`.
     """
 
     def __init__(self, cfg: TransformerConfig, cross_attention: bool = True) -> None:
@@ -164,22 +176,24 @@ class DecoderLayer(nn.Module):
         rotary: tuple[Tensor, Tensor] | None = None,
         self_cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        x = self.self_attn_block(
+        weights: AttentionWeights | None = None,
+    ) -> Tensor:
+        keep = weights is not None
+        x = self.self_attn_block.with_weights(
             x,
-            lambda h: self.self_attn(h, mask=self_mask, bias=bias, rotary=rotary, cache=self_cache)[
-                0
-            ],
+            lambda h: self.self_attn(
+                h, mask=self_mask, bias=bias, rotary=rotary, cache=self_cache, need_weights=keep
+            ),
+            None if weights is None else weights.decoder,
         )
-        weights = None
         if self.cross_attn is not None and self.cross_attn_block is not None:
             if memory is None:
                 raise ValueError("an encoder-decoder layer needs the encoder output (memory)")
-            x, weights = self.cross_attn_block.with_weights(
+            x = self.cross_attn_block.with_weights(
                 x,
                 lambda h: self.cross_attn(
-                    h, memory, mask=memory_mask, cache=cross_cache, need_weights=need_weights
+                    h, memory, mask=memory_mask, cache=cross_cache, need_weights=keep
                 ),
+                None if weights is None else weights.cross,
             )
-        return self.ff_block(x, self.feed_forward), weights
+        return self.ff_block(x, self.feed_forward)

@@ -10,6 +10,9 @@
 Positional information (config.positional) is added to the embeddings ("sinusoidal", "learned") or
 given to every layer's self-attention ("rope": rotations, "relative"/"alibi": score biases),
 computed once per stack and shared by its layers. Cross-attention has no positional term.
+
+Every model and stack takes an optional `AttentionWeights` (`weights=`), which receives the
+attention weights of every layer and head; without one the fused attention kernel runs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
+from .attention import AttentionWeights
 from .cache import DecoderCache
 from .embedding import TokenEmbedding
 from .layers import DecoderLayer, EncoderLayer, make_norm
@@ -93,23 +97,28 @@ class Encoder(Stack):
         super().__init__(cfg, embedding, causal=False)
         self.layers = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers)])
 
-    def forward(self, src_ids: Tensor, mask: Tensor | None = None) -> Tensor:
-        """mask: bool (B, 1, 1, S), True = real token; built from the padding id when None."""
+    def forward(
+        self, src_ids: Tensor, mask: Tensor | None = None, weights: AttentionWeights | None = None
+    ) -> Tensor:
+        """mask: bool (B, 1, 1, S), True = real token; built from the padding id when None.
+        weights: if given, each layer's self-attention weights (B, H, S, S) go to its `encoder`."""
         if mask is None:
             mask = padding_mask(src_ids, self.cfg.pad_id)
         x = self.embed(src_ids)  # (B, S, D)
         bias, rotary = self.positional_terms(x.size(1), x.size(1), x.dtype)
         for layer in self.layers:
-            x = layer(x, mask, bias, rotary)
+            x = layer(x, mask, bias, rotary, weights)
         return self.norm(x)
 
 
 class Decoder(Stack):
-    """N decoder layers. ids (B, T) [+ memory (B, S, D)] -> hidden (B, T, D), cross-attn weights.
+    """N decoder layers. ids (B, T) [+ memory (B, S, D)] -> (hidden (B, T, D), weights).
 
     Causal self-attention: position t sees positions <= t. Targets are right-padded, so the causal
     mask already hides padding from every real position. With a `DecoderCache`, `tgt_ids` holds only
-    the new positions (usually one) and the earlier ones are read from the cache.
+    the new positions (usually one) and the earlier ones are read from the cache. `weights`: the
+    `AttentionWeights` given, filled with each layer's self-attention (B, H, T, T_k) in `decoder`
+    and cross-attention (B, H, T, S) in `cross`; None when none is given.
     """
 
     def __init__(
@@ -126,18 +135,17 @@ class Decoder(Stack):
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, list[Tensor | None]]:
+        weights: AttentionWeights | None = None,
+    ) -> tuple[Tensor, AttentionWeights | None]:
         offset = 0 if cache is None else cache.length
         T = tgt_ids.size(1)
         x = self.embed(tgt_ids, offset)  # (B, T, D)
         # one new token sees all
         self_mask = None if T == 1 else causal_mask(T, offset + T, x.device)
         bias, rotary = self.positional_terms(T, offset + T, x.dtype)
-        weights = []
         for i, layer in enumerate(self.layers):
             self_cache, cross_cache = (None, None) if cache is None else cache.layer(i)
-            x, w = layer(
+            x = layer(
                 x,
                 memory,
                 self_mask,
@@ -146,9 +154,8 @@ class Decoder(Stack):
                 rotary,
                 self_cache,
                 cross_cache,
-                need_weights,
+                weights,
             )
-            weights.append(w)
         return self.norm(x), weights
 
 
@@ -190,14 +197,24 @@ class Transformer(nn.Module):
         if cfg.tie_output:
             self.output_projection.weight = tgt_embedding.weight
 
-    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
-        """src_ids (B, S), tgt_in_ids (B, T) -> logits (B, T, V) (teacher forcing)."""
-        src_mask = padding_mask(src_ids, self.config.pad_id)
-        return self.decode(tgt_in_ids, self.encode(src_ids, src_mask), src_mask)
+    def forward(
+        self, src_ids: Tensor, tgt_in_ids: Tensor, weights: AttentionWeights | None = None
+    ) -> Tensor:
+        """src_ids (B, S), tgt_in_ids (B, T) -> logits (B, T, V) (teacher forcing).
 
-    def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        weights: if given, it receives every layer's attention weights (encoder, decoder, cross)."""
+        src_mask = padding_mask(src_ids, self.config.pad_id)
+        memory = self.encode(src_ids, src_mask, weights)
+        return self.decode(tgt_in_ids, memory, src_mask, weights=weights)
+
+    def encode(
+        self,
+        src_ids: Tensor,
+        src_mask: Tensor | None = None,
+        weights: AttentionWeights | None = None,
+    ) -> Tensor:
         """src_ids (B, S) -> memory (B, S, D). Run once per source sentence."""
-        return self.encoder(src_ids, src_mask)
+        return self.encoder(src_ids, src_mask, weights)
 
     def decode(
         self,
@@ -205,12 +222,13 @@ class Transformer(nn.Module):
         memory: Tensor,
         memory_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
+        weights: AttentionWeights | None = None,
     ) -> Tensor:
         """tgt_ids (R, T) -> logits (R, T, V). With `cache`, tgt_ids are the next positions only.
 
         memory (B, S, D) has one row per source; R is a multiple of B, and consecutive groups of
         R / B target rows (beam search's hypotheses of one sentence) share a memory row."""
-        hidden, _ = self.decoder(tgt_ids, memory, memory_mask, cache)
+        hidden, _ = self.decoder(tgt_ids, memory, memory_mask, cache, weights)
         return self.output_projection(hidden)
 
     def new_cache(self, capacity: int = 64) -> DecoderCache:
@@ -246,9 +264,10 @@ class EncoderOnly(nn.Module):
         self.classifier = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(cfg.d_model, n_classes))
         init_linear_weights(self)
 
-    def forward(self, ids: Tensor) -> Tensor:
-        """ids (B, S) -> hidden states (B, S, D)."""
-        return self.encoder(ids)
+    def forward(self, ids: Tensor, weights: AttentionWeights | None = None) -> Tensor:
+        """ids (B, S) -> hidden states (B, S, D). weights: if given, receives every layer's
+        self-attention weights (B, H, S, S) in weights.encoder."""
+        return self.encoder(ids, weights=weights)
 
     def masked_lm_logits(self, ids: Tensor) -> Tensor:
         """Logits over the vocabulary at every position (B, S, V), for masked-token prediction."""
@@ -276,9 +295,15 @@ class DecoderOnly(nn.Module):
         if cfg.tie_output:
             self.lm_head.weight = embedding.weight
 
-    def forward(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
-        """ids (B, T) -> logits (B, T, V). With `cache`, ids are the next positions only."""
-        hidden, _ = self.decoder(ids, cache=cache)
+    def forward(
+        self,
+        ids: Tensor,
+        cache: DecoderCache | None = None,
+        weights: AttentionWeights | None = None,
+    ) -> Tensor:
+        """ids (B, T) -> logits (B, T, V). With `cache`, ids are the next positions only.
+        weights: if given, receives every layer's self-attention weights in weights.decoder."""
+        hidden, _ = self.decoder(ids, cache=cache, weights=weights)
         return self.lm_head(hidden)
 
     # --- the decoding interface (qkv.decode.interface.Decodable): a prompt instead of a memory

@@ -13,7 +13,12 @@ same math:
   The query heads of a group share their key/value head, so they are stacked as that head's queries
   (no copy of k, v). The thresholds, and the measurement behind them, are in docs/benchmarks.md.
 
-`tests/runtime/test_decoding_attention.py` checks each kernel against the plain model.
+Asked for attention weights (an `AttentionWeights` given to the model), a prepared model computes
+them as the plain one does: the few-query kernel steps aside for the readable path, and the weights
+of stacked queries are laid back out per row.
+
+`tests/runtime/test_decoding_attention.py` checks each kernel against the plain model, and
+`tests/model/test_attention_weights.py` the weights of a prepared model against the plain model's.
 """
 
 from __future__ import annotations

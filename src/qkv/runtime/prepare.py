@@ -25,7 +25,9 @@ def prepare_for_decoding(
     Always: the decoding attention kernels (`runtime.attention`). Then quantize="int8" swaps the
     linear layers for int8 ones (`runtime.quantize`); otherwise pack=True (or None on a CPU whose
     torch build supports it) packs the float32 linear weights for oneDNN (`runtime.packed`);
-    pack=False leaves nn.Linear.
+    pack=False leaves nn.Linear. The prepared model still gives attention weights on request (an
+    `AttentionWeights` passed to it); with float32 weights, packed or not, they equal the plain
+    model's.
     """
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
