@@ -2,6 +2,7 @@
 load.
 
     config.json        {"architecture": "transformer", "model": TransformerConfig.to_dict(), ...}
+                       and, when known, the languages: "src_lang": "en", "tgt_lang": "de"
     model.safetensors  the weights (tied tensors stored once)
     tokenizer.json     the tokenizer's settings (see qkv.data.tokenizer)
     spm.model          the SentencePiece model of a joint vocabulary, or
@@ -227,6 +228,16 @@ def load_config(directory: PathLike) -> tuple[str, TransformerConfig, dict[str, 
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from None
     return arch, config, meta
+
+
+def load_languages(directory: PathLike) -> tuple[str, str] | None:
+    """The (source, target) languages a model directory records in config.json ("src_lang" and
+    "tgt_lang", written by training when the data has a known pair), or None."""
+    _, _, meta = load_config(directory)
+    src, tgt = meta.get("src_lang"), meta.get("tgt_lang")
+    if isinstance(src, str) and isinstance(tgt, str) and src and tgt:
+        return src, tgt
+    return None
 
 
 def load_model_dir(directory: PathLike, device: str | torch.device = "cpu") -> nn.Module:

@@ -6,6 +6,7 @@
     qkv demo [--out DIR]                          train on synthetic data and show the result
     qkv translate --model DIR [--input FILE]      translate lines (stdin or FILE) to stdout
     qkv evaluate --model DIR --src F --ref F      sacreBLEU BLEU and chrF (or --corpus NAME --pair)
+    qkv serve --model DIR [--port 8000]           HTTP: LibreTranslate and native APIs, a page
 
 `translate` and `evaluate` build one `DecodeOptions` from their arguments; the arguments' defaults
 are the defaults of `DecodeOptions` and `Translator`.
@@ -348,6 +349,119 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ..runtime.process import configure_process
+    from .server import Limits, create_app, load_models, serve
+    from .server.run import bind, warm_up
+
+    options = DecodeOptions(beam=args.beam, alpha=args.alpha)
+    limits = Limits(
+        max_body_bytes=args.max_body_bytes,
+        max_chars=args.max_chars,
+        max_sentences=args.max_sentences,
+        max_beam=args.max_beam,
+        timeout=args.timeout,
+        max_queue=args.max_queue,
+    )
+    for name in ("max_body_bytes", "max_chars", "max_sentences", "max_beam", "max_queue"):
+        if getattr(limits, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    if not limits.timeout > 0 or args.max_wait_ms < 0 or args.batch_tokens < 1:
+        raise ValueError("--timeout must be > 0, --max-wait-ms >= 0 and --batch-tokens >= 1")
+    check_device(args.device)
+    bind(args.host, args.port).close()  # a busy port or an unknown host: before the models load
+    configure_process(threads=args.threads)
+    pack = False if args.no_pack else None
+    models = load_models(
+        args.model, args.pair or (), args.device, args.max_src_tokens, args.quantize, pack
+    )
+    warm_up(models, options)
+    app = create_app(
+        models,
+        limits=limits,
+        options=options,
+        api_key=args.api_key or os.environ.get("QKV_API_KEY") or None,
+        max_wait=args.max_wait_ms / 1000,
+        batch_tokens=args.batch_tokens,
+        batching=not args.no_batching,
+    )
+    print(f"qkv serve: {', '.join(m.pair for m in models)}", flush=True)
+    serve(app, args.host, args.port, drain_seconds=args.timeout, access_log=args.access_log)
+    return 0
+
+
+def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    from ..runtime.quantize import QUANTIZATIONS
+    from .server import Limits
+
+    limits, defaults = Limits(), DecodeOptions()
+    p.add_argument(
+        "--model",
+        required=True,
+        action="append",
+        help="model directory; give it again for each further language pair",
+    )
+    p.add_argument(
+        "--pair",
+        action="append",
+        help="SRC-TGT (e.g. en-de) of each --model, in order, for models whose config.json "
+        "records no languages",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
+    p.add_argument("--port", type=int, default=8000, help="0: a free port (default: %(default)s)")
+    p.add_argument(
+        "--api-key",
+        help="require this key (LibreTranslate's api_key field or 'Authorization: Bearer KEY'; "
+        "default: $QKV_API_KEY, else none)",
+    )
+    p.add_argument("--beam", type=int, default=defaults.beam, help="default beam (%(default)s)")
+    p.add_argument(
+        "--alpha", type=float, default=defaults.alpha, help="default length penalty (%(default)s)"
+    )
+    for name, help_text in (
+        ("max_body_bytes", "request body size"),
+        ("max_chars", "characters of text per request"),
+        ("max_sentences", "sentences (lines) per request"),
+        ("max_beam", "beam and n-best per request"),
+        ("max_queue", "requests waiting for the decoder; beyond: 503"),
+    ):
+        default = getattr(limits, name)
+        flag = f"--{name.replace('_', '-')}"
+        p.add_argument(flag, type=int, default=default, help=f"{help_text} ({default})")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=limits.timeout,
+        help="seconds a request may take; beyond: 504 (%(default)s)",
+    )
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=5.0,
+        help="how long the decoder waits for more requests to batch with (%(default)s)",
+    )
+    p.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=DEFAULT_BATCH_TOKENS,
+        help="most padded source tokens in a batch (%(default)s)",
+    )
+    p.add_argument(
+        "--no-batching", action="store_true", help="decode one request at a time (to compare)"
+    )
+    p.add_argument(
+        "--max-src-tokens",
+        type=int,
+        default=DEFAULT_MAX_SRC_TOKENS,
+        help="longer sentences are truncated (%(default)s)",
+    )
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, ... (default: cpu)")
+    p.add_argument("--quantize", choices=QUANTIZATIONS, help="int8 linear layers (CPU)")
+    p.add_argument("--no-pack", action="store_true", help="keep nn.Linear weights as stored")
+    p.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
+    p.add_argument("--access-log", action="store_true", help="log every request")
+
+
 def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments `translate` and `evaluate` share; every default comes from the library."""
     from ..runtime.quantize import QUANTIZATIONS
@@ -556,6 +670,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the translations to this file, as they are done (checked before decoding)",
     )
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser(
+        "serve",
+        help="serve model directories over HTTP: LibreTranslate-compatible and native APIs, a page",
+        description="Serve translations over HTTP (see qkv.apps.server): POST /translate "
+        "(LibreTranslate), POST /v1/translate (native), /languages, /health, /metrics, /docs, "
+        "and a page at /. Sentences of concurrent requests are decoded in shared batches. "
+        "SIGTERM or Ctrl-C answers the requests in flight, then stops.",
+    )
+    _add_serve_arguments(p)
+    p.set_defaults(func=cmd_serve)
     return parser
 
 

@@ -201,6 +201,15 @@ class TrainConfig:
         on_cpu = resolve_device(self.device).type == "cpu"
         return {"threads": self.threads, "seed": self.seed, "keep_freed_memory": on_cpu}
 
+    def languages(self) -> dict[str, str]:
+        """The languages of the training data, for the model directory's config.json: src_lang and
+        tgt_lang when both are set; the synthetic corpus: "digits" to synthetic_target. Empty when
+        unknown (a server then needs them on its command line)."""
+        src, tgt = self.src_lang, self.tgt_lang
+        if self.corpus == "synthetic":
+            src, tgt = src or "digits", tgt or self.synthetic_target
+        return {"src_lang": src, "tgt_lang": tgt} if src and tgt else {}
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["adam_betas"] = list(self.adam_betas)

@@ -414,6 +414,7 @@ class Trainer:
                 train_step=self.step,
                 valid_metric=self.cfg.valid_metric,
                 best_metric=self.progress.best_metric,
+                **self.cfg.languages(),
             )
         except OSError as e:
             raise self._write_failed("the model directory", e) from e

@@ -1,0 +1,252 @@
+"""Batching under load: the sentences of requests that arrive together, decoded in shared batches.
+
+    batcher = Batcher({"en-de": translator}, max_queue=256, max_wait=0.005, batch_tokens=4096)
+    batcher.start()
+    future = batcher.submit(Job("en-de", ["Hello."], DecodeOptions()))  # concurrent.futures.Future
+    translations = future.result()                                    # [Translation], in order
+    batcher.stop()                                                     # finishes what is queued
+
+One worker thread owns the models. It takes the oldest waiting request, then gathers the requests
+that arrive within `max_wait` seconds (up to about `collect_tokens` source tokens), groups
+their sentences by language pair and decoding options, sorts each group by length, cuts it into
+batches of at most `batch_tokens` padded source tokens and decodes each batch with
+`Translator.translate_detailed`. Each request gets its own translations back, in its order. Greedy
+and beam search decode every row of a batch independently, so what a request gets does not depend
+on what else was in its batch.
+
+A request whose caller gave up (`future.cancel()`, e.g. on a timeout) is skipped in the batches not
+yet decoded. The queue is bounded: `submit` raises QueueFull when `max_queue` requests wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+
+from ...decode.options import DecodeOptions
+from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
+
+log = logging.getLogger("qkv.serve")
+
+
+class QueueFull(Exception):
+    """The batcher's queue holds `max_queue` requests; the caller should retry later."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's sentences for one language pair, decoded with one set of options."""
+
+    pair: str
+    texts: list[str]
+    options: DecodeOptions
+    attention: bool = False
+    alignment: bool = False
+    future: Future[list[Translation]] = field(default_factory=Future)
+    results: list[Translation | None] = field(init=False)
+    waiting: int = field(init=False)  # sentences not yet translated
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.texts)
+        self.waiting = len(self.texts)
+
+
+@dataclass
+class BatchStats:
+    """What one decoded batch held, for the metrics."""
+
+    pair: str
+    sentences: int
+    source_tokens: int
+    target_tokens: int
+    seconds: float
+
+
+class Batcher:
+    """A decoding worker thread fed by a bounded queue of `Job`s (see the module docstring)."""
+
+    def __init__(
+        self,
+        translators: dict[str, Translator],
+        *,
+        max_queue: int = 256,
+        max_wait: float = 0.005,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        collect_tokens: int | None = None,
+        batching: bool = True,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ) -> None:
+        """max_wait: seconds to wait for more requests after the first (0: take what is there).
+        collect_tokens: stop gathering at this many source tokens (default 4 * batch_tokens).
+        batching=False: one request at a time, each decoded alone (for comparison)."""
+        if max_queue < 1 or max_wait < 0 or batch_tokens < 1:
+            raise ValueError("max_queue and batch_tokens must be >= 1 and max_wait >= 0")
+        self.translators = translators
+        self.max_queue = max_queue
+        self.max_wait = max_wait
+        self.batch_tokens = batch_tokens
+        self.collect_tokens = collect_tokens or 4 * batch_tokens
+        self.batching = batching
+        self.on_batch = on_batch
+        self._queue: deque[Job] = deque()
+        self._cv = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="qkv-decoder", daemon=True)
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting (not counting the ones being decoded)."""
+        return len(self._queue)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Decode what is queued, then end the worker thread."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        self._thread.join(timeout)
+
+    def submit(self, job: Job) -> Future[list[Translation]]:
+        """Queue a job; its future gets the translations. QueueFull when the queue is full."""
+        if job.pair not in self.translators:
+            raise KeyError(job.pair)
+        if not job.texts:
+            job.future.set_result([])
+            return job.future
+        with self._cv:
+            if self._stopping:
+                raise QueueFull("the server is shutting down")
+            if len(self._queue) >= self.max_queue:
+                raise QueueFull(f"{len(self._queue)} requests are waiting (--max-queue)")
+            self._queue.append(job)
+            self._cv.notify()
+        return job.future
+
+    # --- the worker thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            jobs = self._collect()
+            if not jobs:
+                return
+            try:
+                self._decode(jobs)
+            except Exception as e:  # a bug, not the caller's mistake: fail these requests only
+                log.exception("decoding failed")
+                for job in jobs:
+                    _settle(job, exception=e)
+
+    def _collect(self) -> list[Job]:
+        """The oldest waiting job and those that arrive within max_wait (up to collect_tokens
+        source tokens); [] when stopping with nothing queued."""
+        with self._cv:
+            while not self._queue and not self._stopping:
+                self._cv.wait()
+            if not self._queue:
+                return []
+            jobs = [self._queue.popleft()]
+            if not self.batching:
+                return jobs
+            tokens = _count_chars(jobs[0])
+            end = time.monotonic() + self.max_wait
+            while tokens < self.collect_tokens:
+                if not self._queue:
+                    left = end - time.monotonic()
+                    if left <= 0 or self._stopping:
+                        break
+                    self._cv.wait(left)
+                    continue
+                jobs.append(self._queue.popleft())
+                tokens += _count_chars(jobs[-1])
+            return jobs
+
+    def _decode(self, jobs: list[Job]) -> None:
+        """Decode the jobs' sentences in shared batches, by (pair, options), longest first."""
+        groups: dict[tuple[str, DecodeOptions], list[Job]] = {}
+        for job in jobs:
+            groups.setdefault((job.pair, job.options), []).append(job)
+        for (pair, options), members in groups.items():
+            translator = self.translators[pair]
+            sentences = [(job, i) for job in members for i in range(len(job.texts))]
+            texts = [job.texts[i] for job, i in sentences]
+            room = translator.max_src_tokens - 1  # longer sources are truncated to this
+            lengths = [min(len(ids), room) + 1 for ids in translator.tokenizer.encode_src(texts)]
+            order = sorted(range(len(sentences)), key=lambda k: -lengths[k])
+            for batch in _cut(order, lengths, self.batch_tokens if self.batching else 0):
+                live = [k for k in batch if not sentences[k][0].future.done()]
+                if not live:
+                    continue
+                attention = any(sentences[k][0].attention for k in live)
+                alignment = any(sentences[k][0].alignment for k in live)
+                start = time.perf_counter()
+                try:
+                    results = translator.translate_detailed(
+                        [texts[k] for k in live],
+                        options,
+                        attention=attention,
+                        alignment=alignment,
+                        batch_tokens=self.batch_tokens,
+                    )
+                except Exception as e:
+                    log.exception("decoding failed")
+                    for job in {sentences[k][0] for k in live}:
+                        _settle(job, exception=e)
+                    continue
+                if self.on_batch is not None:
+                    self.on_batch(
+                        BatchStats(
+                            pair,
+                            len(live),
+                            sum(lengths[k] for k in live),
+                            sum(len(r.tokens) + 1 for r in results),
+                            time.perf_counter() - start,
+                        )
+                    )
+                for k, result in zip(live, results, strict=True):
+                    job, i = sentences[k]
+                    job.results[i] = result
+                    job.waiting -= 1
+                    if job.waiting == 0:
+                        _settle(job, result=job.results)
+
+
+def _cut(order: list[int], lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    """Consecutive runs of `order` (sorted longest first) of at most batch_tokens padded tokens
+    (count * the first, longest, length); a longer sentence goes alone. batch_tokens 0: one
+    batch of everything."""
+    if batch_tokens == 0:
+        return [order]
+    batches: list[list[int]] = []
+    for k in order:
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= batch_tokens:
+            batches[-1].append(k)
+        else:
+            batches.append([k])
+    return batches
+
+
+def _count_chars(job: Job) -> int:
+    """A cheap stand-in for a job's source tokens while gathering (about 4 characters a token)."""
+    return sum(len(t) // 4 + 1 for t in job.texts)
+
+
+def _settle(
+    job: Job, result: list[Translation | None] | None = None, exception: Exception | None = None
+) -> None:
+    """Give a job's future its result or exception, unless its caller gave up on it."""
+    try:
+        if exception is not None:
+            job.future.set_exception(exception)
+        else:
+            job.future.set_result(result)  # type: ignore[arg-type]
+    except InvalidStateError:  # cancelled meanwhile
+        pass
+
+
+__all__ = ["BatchStats", "Batcher", "Job", "QueueFull"]

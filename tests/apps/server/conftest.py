@@ -1,0 +1,19 @@
+"""The server the API and page tests share (one process for the session)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from server_process import KEY, PAIR, Server, running
+
+
+@pytest.fixture(scope="session")
+def server(model_dir: Path) -> Iterator[Server]:
+    """An API key and small limits, so that each limit is reached with small requests."""
+    with running(
+        model_dir, "--pair", PAIR, "--api-key", KEY, "--max-chars", "600", "--max-sentences", "40",
+        "--max-body-bytes", "6000", "--max-beam", "6", "--max-wait-ms", "20",
+    ) as s:
+        yield s
