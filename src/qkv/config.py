@@ -18,7 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 T = TypeVar("T")
 POSITIONAL = ("sinusoidal", "learned", "rope", "relative", "alibi", "none")
 ATTENTION_SCORES = ("scaled_dot", "dot", "additive", "bilinear")
-ACTIVATIONS = ("relu", "gelu", "swiglu")
+ACTIVATIONS = ("relu", "gelu", "silu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 
 # Paper, Table 3: base = N 6, d_model 512, d_ff 2048, h 8, P_drop 0.1; big = 1024 / 4096 / 16 / 0.3.
@@ -134,7 +134,8 @@ class TransformerConfig:
     activation_dropout: float = 0.0  # inside the FFN, after the activation
     # choices
     positional: str = "sinusoidal"
-    max_positions: int = 1024  # table size for "learned"; "sinusoidal" has no cap
+    max_positions: int = 1024  # table size for "learned"; "sinusoidal" has no cap unless:
+    cap_positions: bool = False  # sinusoidal: at most max_positions (Marian's fixed table)
     rope_base: float = 10000.0
     relative_buckets: int = 32
     relative_max_distance: int = 128
@@ -148,6 +149,7 @@ class TransformerConfig:
     scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model) (paper 3.4)
     share_embeddings: bool = True  # one embedding for source and target (needs a joint vocabulary)
     tie_output: bool = True  # target embedding = pre-softmax projection (paper 3.4)
+    output_bias: bool = False  # a bias in the pre-softmax projection (Marian's final_logits_bias)
     # free-form notes (e.g. data recipe); unused
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -232,7 +234,11 @@ class TransformerConfig:
                 0 <= value < min(self.src_vocab_size, self.target_vocab_size),
                 f"{name}={value} is outside the vocabulary",
             )
-        check(len(set(specials.values())) == 4, f"special ids must differ, got {specials}")
+        check(
+            len({self.pad_id, self.unk_id, self.eos_id}) == 3
+            and self.bos_id not in (self.unk_id, self.eos_id),
+            f"special ids must differ (only bos may be pad, as in Marian), got {specials}",
+        )
 
     # --- construction --------------------------------------------------------------------------
     @classmethod

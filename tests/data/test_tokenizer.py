@@ -135,3 +135,46 @@ def test_subword_dropout_samples_lossless_segmentations_that_a_seed_repeats(tmp_
     assert draws[0] != fixed and sum(map(len, draws[0])) > sum(map(len, fixed))  # smaller pieces
     assert tok.decode_src(draws[0]) == tok.decode_src(draws[2]) == src
     assert tok.encode_src(src) == fixed  # sampling is per call, not a mode
+
+
+@pytest.mark.parametrize("content, key", [
+    ("[1, 2]", "JSON object"),
+    ('{"joint": "yes", "model_type": "unigram", "vocab_size": 100, "lowercase": false}', "joint must be bool"),
+    ('{"joint": true, "model_type": "unigram", "vocab_size": "100", "lowercase": false}', "vocab_size must be int"),
+    ('{"joint": true, "model_type": "unigram", "vocab_size": 100, "lowercase": false, "vocabulary": 3}',
+     "vocabulary must be an object"),
+])
+def test_a_tokenizer_json_of_the_wrong_types_is_one_clear_error(tmp_path, corpus, content, key):
+    SubwordTokenizer.train(*corpus, tmp_path, vocab_size=100)
+    (tmp_path / "tokenizer.json").write_text(content)
+    with pytest.raises(CheckpointError, match=key) as error:
+        SubwordTokenizer.load(tmp_path)
+    assert "tokenizer.json" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_vocabulary_ids_number_the_pieces_in_its_order_and_survive_save_and_load(tmp_path, corpus):
+    """A vocabulary (Marian's vocab.json) numbers SentencePiece's pieces: ids are places in its list, a piece
+    it lacks is unk, a leading >>xx<< token stays whole, and the special ids are its special pieces."""
+    trained = SubwordTokenizer.train(*corpus, tmp_path / "spm", vocab_size=100)
+    text = corpus[0][0]
+    text_pieces = trained.src_sp.encode(text, out_type=str)
+    left_out = text_pieces[0]
+    pieces = [trained.src_sp.id_to_piece(i) for i in range(4, trained.src_vocab_size)]
+    order = ["</s>", "<unk>", ">>deu<<", *reversed([p for p in pieces if p != left_out]), "<pad>"]
+    proto = trained.sentencepiece_models[0]
+    vocabulary = {"src": order, "tgt": None, "pad": "<pad>", "unk": "<unk>", "bos": "<pad>", "eos": "</s>"}
+    config = {"joint": True, "model_type": "marian", "vocab_size": len(order), "lowercase": False,
+              "vocabulary": vocabulary}
+    tok = SubwordTokenizer(proto, proto, config)
+    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (len(order) - 1, 1, len(order) - 1, 0)
+    expected = [1 if p == left_out else order.index(p) for p in text_pieces]
+    assert tok.encode_src([text]) == [expected] and expected[0] == 1
+    assert tok.encode_src([">>deu<< " + text]) == [[2, *expected]]
+    assert tok.decode_tgt([[*expected[1:], 0, 5]]) == [trained.src_sp.decode_pieces(["<unk>" if p == left_out else p for p in text_pieces[1:]])]
+    tok.save(tmp_path / "mapped")
+    loaded = SubwordTokenizer.load(tmp_path / "mapped")
+    assert loaded.same_as(tok) and loaded.encode_tgt(corpus[1]) == tok.encode_tgt(corpus[1])
+    assert loaded.tgt_vocabulary() == order
+    vocabulary["eos"] = "<missing>"
+    with pytest.raises(ValueError, match="eos piece '<missing>'"):
+        SubwordTokenizer(proto, proto, config)

@@ -1,11 +1,13 @@
-"""Importing a Hugging Face MarianMTModel: qkv must compute Marian's function.
+"""Importing Marian / OPUS-MT models: qkv must compute Marian's function and read Marian's ids.
 
-Oracle: the Hugging Face implementation itself (`transformers`, the `bench` extra): its logits on a teacher-forced
-batch, and the ids of its `generate` (greedy) against qkv's `greedy` on the imported weights.
+Oracle: the Hugging Face implementation itself (`transformers`, the `interop` extra): `MarianTokenizer`'s ids,
+the logits of `MarianMTModel` on a teacher-forced batch, and the ids of its `generate` (greedy) against qkv's
+`greedy` on the imported weights. The Marian directories come from conftest.py (built offline).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,11 +16,24 @@ from torch import Tensor
 
 transformers = pytest.importorskip("transformers")
 
+from qkv.apps.cli import main  # noqa: E402
+from qkv.apps.translator import Translator  # noqa: E402
+from qkv.data.batching import pad_sequences  # noqa: E402
+from qkv.data.tokenizer import SubwordTokenizer  # noqa: E402
 from qkv.decode import greedy  # noqa: E402
-from qkv.interop.marian import from_marian, marian_permutation  # noqa: E402
+from qkv.decode.options import DecodeOptions  # noqa: E402
+from qkv.interop.marian import (  # noqa: E402
+    convert_marian,
+    from_marian,
+    from_marian_state_dict,
+    marian_permutation,
+)
 from qkv.model.positions import sinusoid_table  # noqa: E402
+from qkv.modeldir import load_model_dir  # noqa: E402
 
 PAD, BOS, EOS, V = 0, 2, 3, 96
+TEXTS = ["A man reads 3 newspapers in the park.", "Café crème, naïve façade: déjà vu!", "東京で2024年に会いましょう。",
+         "", "12 7 2024 3.5", ">>fra<< a dog runs over green grass", "   spaces   around   ", "ÄÖÜ äöü ß où été"]
 
 
 def marian(**overrides: Any) -> Any:
@@ -44,12 +59,11 @@ def sources() -> Tensor:
 
 def hf_greedy(hf: Any, src: Tensor, max_new_tokens: int) -> list[list[int]]:
     """Hugging Face greedy ids after the decoder start, up to eos (excluded); pad and bos never generated."""
-    out = hf.generate(input_ids=src, attention_mask=src.ne(PAD), do_sample=False, num_beams=1,
-                      max_new_tokens=max_new_tokens, suppress_tokens=[PAD, BOS])
-    result = []
-    for row in out[:, 1:].tolist():
-        result.append(row[: row.index(EOS)] if EOS in row else row)
-    return result
+    pad, eos, bos = hf.config.pad_token_id, hf.config.eos_token_id, hf.config.decoder_start_token_id
+    out = hf.generate(input_ids=src, attention_mask=src.ne(pad), do_sample=False, num_beams=1,
+                      max_new_tokens=max_new_tokens, suppress_tokens=sorted({pad, bos}),
+                      forced_eos_token_id=None)
+    return [row[: row.index(eos)] if eos in row else row for row in out[:, 1:].tolist()]
 
 
 def test_the_permutation_turns_marian_positions_into_qkv_positions() -> None:
@@ -61,23 +75,28 @@ def test_the_permutation_turns_marian_positions_into_qkv_positions() -> None:
 @pytest.mark.parametrize("overrides", [
     {},
     {"activation_function": "gelu", "scale_embedding": False},
+    {"activation_function": "swish", "decoder_start_token_id": PAD},
     {"share_encoder_decoder_embeddings": False, "decoder_vocab_size": 80, "tie_word_embeddings": False},
-], ids=["relu-shared-tied", "gelu-unscaled", "separate-untied"])
+], ids=["relu-shared-tied", "gelu-unscaled", "swish-pad-start", "separate-untied"])
 def test_logits_equal_marian(overrides: dict[str, Any]) -> None:
     hf = marian(**overrides)
+    with torch.no_grad():
+        hf.final_logits_bias.normal_()
     model = from_marian(hf)
     src = sources()
     tgt = torch.randint(4, 80, (4, 7))
-    tgt[:, 0] = BOS
+    tgt[:, 0] = hf.config.decoder_start_token_id
     with torch.no_grad():
         expected = hf(input_ids=src, attention_mask=src.ne(PAD), decoder_input_ids=tgt).logits
         torch.testing.assert_close(model(src, tgt), expected, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("eos_scale", [1.0, 3.0], ids=["to-max-len", "eos-early"])
-def test_greedy_ids_equal_marian_generate(eos_scale: float) -> None:
+@pytest.mark.parametrize("overrides", [{}, {"activation_function": "swish", "decoder_start_token_id": PAD}],
+                         ids=["relu", "swish-pad-start"])
+def test_greedy_ids_equal_marian_generate(eos_scale: float, overrides: dict[str, Any]) -> None:
     """A random model rarely ends; a larger eos embedding row (tied: a larger eos logit) makes it end early."""
-    hf = marian()
+    hf = marian(**overrides)
     with torch.no_grad():
         hf.model.shared.weight[EOS] *= eos_scale
     model = from_marian(hf)
@@ -88,11 +107,78 @@ def test_greedy_ids_equal_marian_generate(eos_scale: float) -> None:
 
 
 def test_what_qkv_cannot_represent_is_refused() -> None:
-    with pytest.raises(ValueError, match="swish"):
-        from_marian(marian(activation_function="swish"))
-    with pytest.raises(NotImplementedError, match="bos_id == pad_id"):
-        from_marian(marian(decoder_start_token_id=PAD))
     hf = marian()
-    hf.final_logits_bias[0, 5] = 1.0
-    with pytest.raises(NotImplementedError, match="final_logits_bias"):
-        from_marian(hf)
+    state = hf.state_dict()
+    with pytest.raises(ValueError, match="activation_function='tanh'"):
+        from_marian_state_dict({**hf.config.to_dict(), "activation_function": "tanh"}, state)
+    with pytest.raises(ValueError, match="normalize_before"):
+        from_marian_state_dict({**hf.config.to_dict(), "normalize_before": True}, state)
+    with pytest.raises(ValueError, match="layernorm_embedding"):
+        from_marian_state_dict(hf.config, {**state, "model.encoder.layernorm_embedding.weight": torch.ones(32)})
+    with pytest.raises(ValueError, match="one n_heads"):
+        from_marian(marian(decoder_attention_heads=2))
+
+
+# --- OPUS-MT directories (conftest.py) -------------------------------------------------------------------
+@pytest.fixture(scope="module", params=["shared", "separate"])
+def converted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the Marian directory, its qkv model directory made by `qkv convert marian`)."""
+    source = request.getfixturevalue("marian_dir" if request.param == "shared" else "marian_separate_dir")
+    out = tmp_path_factory.mktemp("converted") / "qkv"
+    assert main(["convert", "marian", str(source), "--out", str(out)]) == 0
+    return source, out
+
+
+def test_token_ids_equal_marian_tokenizer(converted: tuple[Path, Path]) -> None:
+    source, out = converted
+    hf_tok = transformers.MarianTokenizer.from_pretrained(source)
+    tok = SubwordTokenizer.load(out)
+    assert [[*ids, tok.eos_id] for ids in tok.encode_src(TEXTS)] == hf_tok(TEXTS)["input_ids"]
+    assert [[*ids, tok.eos_id] for ids in tok.encode_tgt(TEXTS)] == hf_tok(text_target=TEXTS)["input_ids"]
+    assert tok.unk_id == hf_tok.unk_token_id and tok.pad_id == hf_tok.pad_token_id == tok.bos_id
+    if not hf_tok.separate_vocabs:  # the language token is one id, not pieces
+        assert tok.encode_src([">>fra<< a dog"])[0][0] == hf_tok.convert_tokens_to_ids(">>fra<<")
+
+
+def test_logits_and_greedy_ids_equal_marian(converted: tuple[Path, Path]) -> None:
+    source, out = converted
+    hf = transformers.MarianMTModel.from_pretrained(source).eval()
+    model = load_model_dir(out)
+    tok = SubwordTokenizer.load(out)
+    assert model.config.activation == "silu" and model.config.output_bias and model.config.pad_id == model.config.bos_id
+    texts = [t for t in TEXTS if t]
+    src = pad_sequences([[*ids, tok.eos_id] for ids in tok.encode_src(texts)], tok.pad_id)  # (B, S)
+    tgt = torch.randint(1, tok.pad_id, (len(texts), 6))
+    tgt[:, 0] = tok.bos_id  # the decoder starts from <pad>
+    with torch.no_grad():
+        expected = hf(input_ids=src, attention_mask=src.ne(tok.pad_id), decoder_input_ids=tgt).logits
+        torch.testing.assert_close(model(src, tgt), expected, atol=1e-5, rtol=0)
+    ours = [h.tokens for h in greedy(model, src, max_len=20)]
+    assert ours == hf_greedy(hf, src, max_new_tokens=20)
+    translator = Translator.load(out)  # the text path: tokenizer, batching, decoding
+    options = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=20)
+    assert [t.tokens for t in translator.translate_detailed(texts, options)] == ours
+    assert len(Translator.load(out, quantize="int8").translate(TEXTS)) == len(TEXTS)  # beam 4, int8
+
+
+def test_a_directory_that_is_not_marian_is_refused_in_one_line(marian_dir: Path, tmp_path: Path, capsys) -> None:
+    assert main(["convert", "marian", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert "no config.json" in capsys.readouterr().err
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    assert main(["convert", "marian", str(marian_dir), "--out", str(tmp_path / "busy")]) == 2
+    assert "not empty" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="model_type='bart'"):
+        convert_marian_config_of(marian_dir, tmp_path, model_type="bart")
+
+
+def convert_marian_config_of(marian_dir: Path, tmp_path: Path, **changes: Any) -> None:
+    """Convert a copy of marian_dir whose config.json has `changes`."""
+    import json
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(marian_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, **changes}))
+    convert_marian(copy, tmp_path / "copy-out")

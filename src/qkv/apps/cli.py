@@ -7,6 +7,8 @@
     qkv translate --model DIR [--input FILE]      translate lines (stdin or FILE) to stdout
     qkv evaluate --model DIR --src F --ref F      sacreBLEU BLEU and chrF (or --corpus NAME --pair)
     qkv serve --model DIR [--port 8000]           HTTP: LibreTranslate and native APIs, a page
+    qkv convert marian SRC_DIR --out DIR         import an OPUS-MT / Marian model (its HF files)
+    qkv export ctranslate2 DIR --out CT2_DIR     a model directory for CTranslate2 (--quantization)
 
 `translate` and `evaluate` build one `DecodeOptions` from their arguments; the arguments' defaults
 are the defaults of `DecodeOptions` and `Translator`.
@@ -90,6 +92,22 @@ def cmd_average(args: argparse.Namespace) -> int:
 
     target, paths = average_run(args.model, args.last, args.out)
     print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {target}")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from ..interop.marian import convert_marian
+
+    out = convert_marian(args.src_dir, args.out)
+    print(f"imported {args.src_dir} into {out}  (try: echo 'Hello.' | qkv translate --model {out})")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ..interop.ctranslate2 import export_ctranslate2
+
+    out = export_ctranslate2(args.model_dir, args.out, args.quantization)
+    print(f"exported {args.model_dir} to {out} for CTranslate2; how to call it: {out}/README.md")
     return 0
 
 
@@ -681,6 +699,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_serve_arguments(p)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("convert", help="import a model of another toolkit as a model directory")
+    p.add_argument("format", choices=["marian"], help="marian: OPUS-MT / Hugging Face Marian")
+    p.add_argument("src_dir", help="config.json, weights, source.spm, target.spm, vocab.json")
+    p.add_argument("--out", required=True, help="the new qkv model directory")
+    p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("export", help="write a model directory in another toolkit's format")
+    p.add_argument("format", choices=["ctranslate2"], help="ctranslate2: a CTranslate2 model")
+    p.add_argument("model_dir", help="a qkv model directory (an encoder-decoder Transformer)")
+    p.add_argument("--out", required=True, help="the new CTranslate2 model directory")
+    p.add_argument(
+        "--quantization",
+        choices=["float32", "int8", "int8_float32", "bfloat16"],
+        default="float32",
+        help="weight type of the exported model (default: %(default)s)",
+    )
+    p.set_defaults(func=cmd_export)
     return parser
 
 

@@ -21,6 +21,13 @@ Multi30k papers, whose BLEU is computed on lowercased text.
 
 Files in a tokenizer directory (their names come from `qkv.modeldir`, which writes them atomically):
 `tokenizer.json` and either `spm.model` (joint) or `spm.src.model` and `spm.tgt.model` (separate).
+
+Ids are SentencePiece's own, or, for an imported model (`qkv.interop.marian`), a vocabulary's: then
+`tokenizer.json` also holds "vocabulary", the pieces in id order of each side ("tgt": null when the
+sides share one) and the pieces of the four special tokens, and a text's id sequence is its pieces'
+places in that list (MarianTokenizer's `vocab.json` over the SentencePiece pieces). A text that
+starts with a target-language token such as ">>fra<<" keeps that token whole, as Marian's
+multilingual models expect.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import io
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
@@ -47,7 +55,9 @@ PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
-CONFIG_KEYS = ("joint", "model_type", "vocab_size", "lowercase")  # tokenizer.json
+CONFIG_TYPES = {"joint": bool, "model_type": str, "vocab_size": int, "lowercase": bool}
+CONFIG_KEYS = tuple(CONFIG_TYPES)  # tokenizer.json; "vocabulary" too for vocabulary ids
+SPECIALS = ("pad", "unk", "bos", "eos")
 
 # CJK ideographs (and extension A, compatibility ideographs), kana, and hangul.
 _CJK = re.compile(
@@ -106,9 +116,11 @@ def seed_sampling(seed: int) -> None:
     spm.set_random_generator_seed(seed)
 
 
-def _encode(sp: spm.SentencePieceProcessor, texts: list[str], dropout: float) -> list[list[int]]:
-    """Ids of `texts`; with `dropout` > 0, a segmentation sampled afresh on every call (subword
-    regularization).
+def _encode(
+    sp: spm.SentencePieceProcessor, texts: list[str], dropout: float, out_type: type = int
+) -> list[list]:
+    """Ids (or pieces, out_type=str) of `texts`; with `dropout` > 0, a segmentation sampled afresh
+    on every call (subword regularization).
 
     For a BPE model this is BPE-dropout (Provilkov et al., 2020): each merge is skipped with
     probability `dropout`, so words come out in smaller, varying pieces (0.1 is the paper's value).
@@ -117,32 +129,59 @@ def _encode(sp: spm.SentencePieceProcessor, texts: list[str], dropout: float) ->
     reproducible.
     """
     if dropout == 0.0:
-        return sp.encode(texts, out_type=int)
+        return sp.encode(texts, out_type=out_type)
     return sp.encode(
-        texts, out_type=int, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1
+        texts, out_type=out_type, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1
     )
 
 
-def _strip_specials(ids: list[int]) -> list[int]:
-    """Cut `ids` at the first eos and drop pad and bos."""
-    if EOS_ID in ids:
-        ids = ids[: ids.index(EOS_ID)]
-    return [i for i in ids if i not in (PAD_ID, BOS_ID)]
+def split_language_token(text: str) -> tuple[list[str], str]:
+    """">>fra<< Hello" -> ([">>fra<<"], " Hello"): a leading target-language token, as
+    MarianTokenizer splits it off before SentencePiece."""
+    end = text.find("<<")
+    if text.startswith(">>") and end != -1:
+        return [text[: end + 2]], text[end + 2 :]
+    return [], text
+
+
+def check_config(config: Any) -> None:
+    """ValueError naming the key for a tokenizer.json that lacks a key or has a value of the wrong
+    type."""
+    if not isinstance(config, dict):
+        raise ValueError(f"expected a JSON object of settings, got {type(config).__name__}")
+    missing = [key for key in CONFIG_KEYS if key not in config]
+    if missing:
+        raise ValueError(f"tokenizer config lacks {missing}")
+    for key, kind in CONFIG_TYPES.items():
+        value = config[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ValueError(f"{key} must be {kind.__name__}, got {value!r}")
+    vocabulary = config.get("vocabulary")
+    if vocabulary is None:
+        return
+    if not isinstance(vocabulary, dict):
+        raise ValueError(f"vocabulary must be an object, got {type(vocabulary).__name__}")
+    for key in ("src", "tgt"):
+        pieces = vocabulary.get(key)
+        if not (key == "tgt" and pieces is None) and not (
+            isinstance(pieces, list) and pieces and all(isinstance(p, str) for p in pieces)
+        ):
+            raise ValueError(f"vocabulary.{key} must be a list of pieces, got {pieces!r:.40}")
+    for key in SPECIALS:
+        if not isinstance(vocabulary.get(key), str):
+            raise ValueError(f"vocabulary.{key} must be a piece, got {vocabulary.get(key)!r}")
 
 
 class SubwordTokenizer:
-    """A source and a target SentencePiece model, which are one and the same model when `joint`."""
+    """A source and a target SentencePiece model, which are one and the same model when `joint`.
 
-    pad_id = PAD_ID
-    unk_id = UNK_ID
-    bos_id = BOS_ID
-    eos_id = EOS_ID
+    pad_id, unk_id, bos_id, eos_id: 0, 1, 2, 3 with SentencePiece's ids; with a vocabulary, the
+    places of its special pieces (Marian: eos 0, unk 1, and pad = bos = the last id).
+    """
 
     def __init__(self, src_proto: bytes, tgt_proto: bytes, config: dict) -> None:
-        """config: the settings of `tokenizer.json`, one value for each of CONFIG_KEYS."""
-        missing = [key for key in CONFIG_KEYS if key not in config]
-        if missing:
-            raise ValueError(f"tokenizer config lacks {missing}")
+        """config: the settings of `tokenizer.json` (see `check_config`)."""
+        check_config(config)
         self.config = dict(config)
         self._src_proto = src_proto
         self._tgt_proto = tgt_proto
@@ -151,10 +190,33 @@ class SubwordTokenizer:
             self.tgt_sp = self.src_sp
         else:
             self.tgt_sp = spm.SentencePieceProcessor(model_proto=tgt_proto)
-        for sp in (self.src_sp, self.tgt_sp):
-            got = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
-            if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-                raise ValueError(f"SentencePiece model has special ids {got}, expected 0, 1, 2, 3")
+        vocabulary = config.get("vocabulary")
+        self.src_pieces: list[str] | None = None  # with a vocabulary: its pieces, in id order
+        self.tgt_pieces: list[str] | None = None
+        if vocabulary is None:
+            for sp in (self.src_sp, self.tgt_sp):
+                got = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+                if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+                    raise ValueError(
+                        f"SentencePiece model has special ids {got}, expected 0, 1, 2, 3"
+                    )
+            self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+            return
+        self.src_pieces = vocabulary["src"]
+        self.tgt_pieces = vocabulary["tgt"] or self.src_pieces
+        self._src_index = {piece: i for i, piece in enumerate(self.src_pieces)}
+        self._tgt_index = {piece: i for i, piece in enumerate(self.tgt_pieces)}
+        ids = []
+        for name in SPECIALS:
+            piece = vocabulary[name]
+            src_id, tgt_id = self._src_index.get(piece), self._tgt_index.get(piece)
+            if src_id is None or src_id != tgt_id:
+                raise ValueError(
+                    f"the {name} piece {piece!r} must have one id in both vocabularies, got "
+                    f"{src_id} (source) and {tgt_id} (target)"
+                )
+            ids.append(src_id)
+        self.pad_id, self.unk_id, self.bos_id, self.eos_id = ids
 
     @classmethod
     def train(
@@ -211,6 +273,10 @@ class SubwordTokenizer:
         directory = Path(directory)
         config = read_json(directory / TOKENIZER_FILE)
         try:
+            check_config(config)
+        except ValueError as e:
+            raise CheckpointError(f"{directory / TOKENIZER_FILE}: {e}") from None
+        try:
             if config["joint"]:
                 src_proto = tgt_proto = (directory / SPM_JOINT_FILE).read_bytes()
             else:
@@ -238,6 +304,11 @@ class SubwordTokenizer:
         return mine == (other.config, other._src_proto, other._tgt_proto)
 
     @property
+    def sentencepiece_models(self) -> tuple[bytes, bytes]:
+        """The serialized source and target SentencePiece models (the same when `joint`)."""
+        return self._src_proto, self._tgt_proto
+
+    @property
     def lowercase(self) -> bool:
         """Whether texts are lowercased before they are encoded (the model then writes
         lowercase)."""
@@ -245,29 +316,71 @@ class SubwordTokenizer:
 
     @property
     def src_vocab_size(self) -> int:
-        return self.src_sp.get_piece_size()
+        return len(self.src_vocabulary())
 
     @property
     def tgt_vocab_size(self) -> int:
-        return self.tgt_sp.get_piece_size()
+        return len(self.tgt_vocabulary())
+
+    def src_vocabulary(self) -> list[str]:
+        """The source pieces in id order (each id's string)."""
+        sp = self.src_sp
+        return self.src_pieces or [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+    def tgt_vocabulary(self) -> list[str]:
+        """The target pieces in id order (each id's string)."""
+        sp = self.tgt_sp
+        return self.tgt_pieces or [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
 
     def _normalize_case(self, texts: list[str]) -> list[str]:
         return [t.lower() for t in texts] if self.lowercase else texts
 
+    def _encode_side(
+        self, sp: spm.SentencePieceProcessor, index: dict[str, int] | None, texts: list[str],
+        dropout: float,
+    ) -> list[list[int]]:
+        """SentencePiece's ids, or the vocabulary's ids of the pieces (unk for a piece it lacks),
+        after a leading target-language token."""
+        texts = self._normalize_case(texts)
+        if index is None:
+            return _encode(sp, texts, dropout)
+        split = [split_language_token(text) for text in texts]  # (code, rest)
+        pieces = _encode(sp, [rest for _, rest in split], dropout, out_type=str)
+        return [
+            [index.get(p, self.unk_id) for p in code + seq]
+            for (code, _), seq in zip(split, pieces, strict=True)
+        ]
+
     def encode_src(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
         """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see
         `_encode`."""
-        return _encode(self.src_sp, self._normalize_case(texts), dropout)
+        index = None if self.src_pieces is None else self._src_index
+        return self._encode_side(self.src_sp, index, texts, dropout)
 
     def encode_tgt(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
         """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see
         `_encode`."""
-        return _encode(self.tgt_sp, self._normalize_case(texts), dropout)
+        index = None if self.tgt_pieces is None else self._tgt_index
+        return self._encode_side(self.tgt_sp, index, texts, dropout)
+
+    def _strip_specials(self, ids: list[int]) -> list[int]:
+        """Cut `ids` at the first eos and drop pad and bos."""
+        if self.eos_id in ids:
+            ids = ids[: ids.index(self.eos_id)]
+        return [i for i in ids if i not in (self.pad_id, self.bos_id)]
+
+    def _decode_side(
+        self, sp: spm.SentencePieceProcessor, pieces: list[str] | None, ids: list[list[int]]
+    ) -> list[str]:
+        ids = [self._strip_specials(seq) for seq in ids]
+        if pieces is None:
+            return sp.decode(ids)
+        return [sp.decode_pieces([pieces[i] for i in seq]) for seq in ids]
 
     def decode_src(self, ids: list[list[int]]) -> list[str]:
         """Ids -> sentences; each sequence stops at its first eos, and pad and bos are skipped."""
-        return self.src_sp.decode([_strip_specials(seq) for seq in ids])
+        return self._decode_side(self.src_sp, self.src_pieces, ids)
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Ids -> sentences; each sequence stops at its first eos, and pad and bos are skipped."""
-        return self.tgt_sp.decode([_strip_specials(seq) for seq in ids])
+        return self._decode_side(self.tgt_sp, self.tgt_pieces, ids)

@@ -1,15 +1,25 @@
-"""Import a Hugging Face `MarianMTModel` into a qkv `Transformer`: the same function, computed by
-qkv's code.
+"""Import a Marian / OPUS-MT model into qkv: the same function, computed by qkv's code.
 
-    from transformers import MarianMTModel
-    from qkv.interop.marian import from_marian
-    model = from_marian(MarianMTModel(marian_config))   # logits equal Marian's up to float rounding
+    qkv convert marian opus-mt-en-de --out en-de              # the command line
+    convert_marian("opus-mt-en-de", "en-de")                  # a qkv model directory
+    model = from_marian(MarianMTModel(marian_config))         # a Transformer of a model in memory
+
+The source is a Hugging Face Marian directory as it is downloaded: `config.json`, the weights
+(`model.safetensors`, or `pytorch_model.bin` read with `torch.load(weights_only=True)`, which
+unpickles tensors only), `source.spm` and `target.spm`, `vocab.json` (and `target_vocab.json` for
+separate vocabularies) and `tokenizer_config.json`. No `transformers` is needed.
 
 Marian is the paper's post-norm encoder-decoder, so every weight has a place in qkv: the q/k/v
 projections stack into `in_proj` ([W^Q; W^K; W^V]; cross-attention: `q_proj` and `kv_proj` =
-[W^K; W^V]), fc1/fc2 are the feed-forward network, the layer norms of a layer map one to one onto
-the norms of its sub-layer blocks (`self_attn_block`, `cross_attn_block`, `ff_block`), and the
-embeddings are scaled by sqrt(d_model) and tied as the config says.
+[W^K; W^V]), fc1/fc2 are the feed-forward network (OPUS-MT's activation is swish, qkv's "silu"),
+the layer norms of a layer map one to one onto the norms of its sub-layer blocks, the embeddings
+are scaled by sqrt(d_model) and shared by encoder, decoder and output as the config says, and
+`final_logits_bias` is the output projection's bias. Marian's conventions carry over as they are:
+eos is id 0, pad is the last id and is also the decoder's start token (its embedding row is zero,
+so the decoder starts from a zero vector), the positions count from 0 and stop at Marian's table
+length (`max_position_embeddings`). The tokenizer keeps Marian's ids: `vocab.json`'s numbering of
+the SentencePiece pieces, with target-language tokens (">>fra<<") passed through
+(`qkv.data.tokenizer`, vocabulary ids).
 
 One thing is laid out differently: the sinusoidal positions. Marian's table is
 [sin(pos f_0) .. sin(pos f_{h-1}) | cos(pos f_0) .. cos(pos f_{h-1})], qkv's interleaves the two
@@ -23,30 +33,43 @@ Permuting the d_model axis of every weight therefore gives a qkv model whose hid
 Marian's with permuted features and whose logits are Marian's: the import is exact (only the order
 of float additions changes).
 
-What qkv cannot represent (the import raises instead of approximating):
-  * Marian's activation "swish" (the default of the OPUS-MT checkpoints): qkv has relu, gelu,
-    swiglu.
-  * a non-zero `final_logits_bias` (OPUS-MT checkpoints carry Marian's output bias): qkv's output
-    projection has no bias.
-  * `decoder_start_token_id == pad_token_id` (Marian's convention): qkv's config needs four
-    distinct special ids.
+What qkv cannot represent is refused with a ValueError naming it, never approximated: another
+activation, different head counts or FFN sizes in encoder and decoder, the BART options some
+configs carry (`normalize_before`, `normalize_embedding`, `add_final_layer_norm`,
+`add_bias_logits`), learned positions, and any weight qkv has no place for.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
+from ..data.tokenizer import SubwordTokenizer
 from ..model import Transformer
 from ..model.attention import MultiHeadedAttention
 from ..model.layers import PositionwiseFeedForward
 from ..model.positions import sinusoid_table
+from ..modeldir import save_model_dir
 
-# Hugging Face activation name -> qkv name, for the same function
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}
+# Marian's activation name -> qkv's name for the same function (swish = SiLU = x * sigmoid(x))
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
+# MarianConfig's defaults, for the keys a config.json leaves out
+DEFAULTS: dict[str, Any] = dict(
+    vocab_size=58101, decoder_vocab_size=None, max_position_embeddings=1024, encoder_layers=12,
+    encoder_ffn_dim=4096, encoder_attention_heads=16, decoder_layers=12, decoder_ffn_dim=4096,
+    decoder_attention_heads=16, activation_function="gelu", d_model=1024, dropout=0.1,
+    attention_dropout=0.0, activation_dropout=0.0, decoder_start_token_id=58100,
+    scale_embedding=False, pad_token_id=58100, eos_token_id=0,
+    share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+)
+# options of BART's configuration that Marian's code ignores and qkv does not have
+REFUSED_OPTIONS = ("normalize_before", "normalize_embedding", "add_final_layer_norm",
+                   "add_bias_logits")
 
 
 def marian_permutation(d_model: int) -> Tensor:
@@ -65,164 +88,313 @@ def marian_permutation(d_model: int) -> Tensor:
 
 def _single_id(value: Any, name: str) -> int:
     """A token id given as an int or a one-element list."""
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list | tuple):
         if len(value) != 1:
             raise ValueError(f"{name}={value}: qkv has one {name}")
         value = value[0]
-    if value is None:
-        raise ValueError(f"the Marian config has no {name}")
-    return int(value)
+    if not isinstance(value, int):
+        raise ValueError(f"the Marian config has no usable {name} (got {value!r})")
+    return value
+
+
+def _settings(hf_config: Any) -> dict[str, Any]:
+    """A MarianConfig or the dict of a config.json -> every setting, defaults filled in."""
+    c = hf_config.to_dict() if hasattr(hf_config, "to_dict") else dict(hf_config)
+    if c.get("model_type", "marian") != "marian":
+        raise ValueError(f"model_type={c['model_type']!r}: not a Marian model")
+    c = {**DEFAULTS, **c}
+    c["decoder_vocab_size"] = c["decoder_vocab_size"] or c["vocab_size"]
+    return c
 
 
 def config_from_marian(hf_config: Any, unk_id: int | None = None) -> TransformerConfig:
-    """The `TransformerConfig` of a `MarianConfig`; ValueError or NotImplementedError for what qkv
-    cannot express.
+    """The `TransformerConfig` of a `MarianConfig` (or of the dict of its config.json); a
+    ValueError names what qkv cannot express.
 
-    unk_id: Marian's config does not record the unknown-token id (only its tokenizer does, and the
-    model never reads it); None picks the smallest id that is not pad, bos or eos.
+    unk_id: Marian's config does not record the unknown-token id (only its vocabulary does, and
+    the model never reads it); None picks the smallest id that is not pad, bos or eos.
     """
-    c = hf_config
-    if c.activation_function not in ACTIVATIONS:
+    c = _settings(hf_config)
+    if c["activation_function"] not in ACTIVATIONS:
         raise ValueError(
-            f"activation_function={c.activation_function!r} has no qkv equivalent; qkv supports "
-            f"{sorted(ACTIVATIONS)} (build the Marian model with one of them)"
+            f"activation_function={c['activation_function']!r} has no qkv equivalent; qkv "
+            f"supports {sorted(ACTIVATIONS)}"
         )
     if (
-        c.encoder_attention_heads != c.decoder_attention_heads
-        or c.encoder_ffn_dim != c.decoder_ffn_dim
+        c["encoder_attention_heads"] != c["decoder_attention_heads"]
+        or c["encoder_ffn_dim"] != c["decoder_ffn_dim"]
     ):
         raise ValueError(
-            "qkv uses one n_heads and one d_ff for encoder and decoder; Marian has heads "
-            f"{c.encoder_attention_heads}/{c.decoder_attention_heads}, "
-            f"ffn {c.encoder_ffn_dim}/{c.decoder_ffn_dim}"
+            "qkv uses one n_heads and one d_ff for encoder and decoder; this Marian model has "
+            f"heads {c['encoder_attention_heads']}/{c['decoder_attention_heads']}, "
+            f"ffn {c['encoder_ffn_dim']}/{c['decoder_ffn_dim']}"
         )
-    if c.encoder_layerdrop or c.decoder_layerdrop:
-        raise ValueError("qkv has no LayerDrop; set encoder_layerdrop = decoder_layerdrop = 0")
-    pad = _single_id(c.pad_token_id, "pad_token_id")
-    bos = _single_id(c.decoder_start_token_id, "decoder_start_token_id")
-    eos = _single_id(c.eos_token_id, "eos_token_id")
-    if bos == pad:
-        raise NotImplementedError(
-            f"decoder_start_token_id = pad_token_id = {pad} (Marian's convention: the decoder "
-            "starts from the zero pad embedding) needs qkv's TransformerConfig to allow "
-            "bos_id == pad_id"
-        )
+    for option in REFUSED_OPTIONS:
+        if c.get(option):
+            raise ValueError(f"{option}={c[option]!r}: qkv's Marian import does not have it")
+    if c.get("static_position_embeddings") is False:
+        raise ValueError("static_position_embeddings=False (learned positions): not Marian's")
+    pad = _single_id(c["pad_token_id"], "pad_token_id")
+    bos = _single_id(c["decoder_start_token_id"], "decoder_start_token_id")
+    eos = _single_id(c["eos_token_id"], "eos_token_id")
     if unk_id is None:
         unk_id = min(set(range(4)) - {pad, bos, eos})
-    shared = bool(c.share_encoder_decoder_embeddings)
+    shared = bool(c["share_encoder_decoder_embeddings"])
     return TransformerConfig(
-        src_vocab_size=c.vocab_size,
-        tgt_vocab_size=None if shared else c.decoder_vocab_size,
+        src_vocab_size=c["vocab_size"],
+        tgt_vocab_size=None if shared else c["decoder_vocab_size"],
         pad_id=pad,
         unk_id=unk_id,
         bos_id=bos,
         eos_id=eos,
-        d_model=c.d_model,
-        n_heads=c.encoder_attention_heads,
-        d_ff=c.encoder_ffn_dim,
-        n_encoder_layers=c.encoder_layers,
-        n_decoder_layers=c.decoder_layers,
-        dropout=float(c.dropout),
-        attention_dropout=float(c.attention_dropout),
-        activation_dropout=float(c.activation_dropout),
+        d_model=c["d_model"],
+        n_heads=c["encoder_attention_heads"],
+        d_ff=c["encoder_ffn_dim"],
+        n_encoder_layers=c["encoder_layers"],
+        n_decoder_layers=c["decoder_layers"],
+        dropout=float(c["dropout"]),
+        attention_dropout=float(c["attention_dropout"]),
+        activation_dropout=float(c["activation_dropout"]),
         positional="sinusoidal",
-        max_positions=c.max_position_embeddings,
-        activation=ACTIVATIONS[c.activation_function],
+        max_positions=c["max_position_embeddings"],
+        cap_positions=True,
+        activation=ACTIVATIONS[c["activation_function"]],
         norm="layernorm",
         norm_first=False,
         bias=True,
-        scale_embeddings=bool(c.scale_embedding),
+        scale_embeddings=bool(c["scale_embedding"]),
         share_embeddings=shared,
-        tie_output=bool(c.tie_word_embeddings),
+        tie_output=bool(c["tie_word_embeddings"]),
     )
 
 
-def _copy_norm(dst: nn.Module, src: nn.LayerNorm, perm: Tensor) -> None:
-    if not isinstance(dst, nn.LayerNorm) or dst.eps != src.eps:
-        raise ValueError(f"layer norm mismatch: qkv {dst}, Marian {src}")
-    dst.weight.copy_(src.weight[perm])
-    dst.bias.copy_(src.bias[perm])
+class _Weights:
+    """A Marian state dict read by name; remembers what was read, so that the rest can be
+    refused."""
+
+    def __init__(self, state: dict[str, Tensor]) -> None:
+        self.state = state
+        self.used: set[str] = set()
+
+    def get(self, *names: str) -> Tensor:
+        """The first of `names` the checkpoint holds (tied weights are stored under one name)."""
+        for name in names:
+            if name in self.state:
+                self.used.add(name)
+                return self.state[name].float()
+        raise ValueError(f"the checkpoint lacks {names[0]}")
+
+    def unused(self) -> list[str]:
+        return sorted(set(self.state) - self.used)
 
 
-def _copy_attention(dst: MultiHeadedAttention, src: nn.Module, perm: Tensor) -> None:
+def _copy_attention(dst: MultiHeadedAttention, w: _Weights, prefix: str, perm: Tensor) -> None:
     """q/k/v (D, D) each -> in_proj (3D, D), or q_proj + kv_proj for cross-attention, reading
     permuted features; out_proj writes permuted features."""
-    projections = (src.q_proj, src.k_proj, src.v_proj)
-    if any(p.bias is None for p in (*projections, src.out_proj)):
-        raise ValueError(
-            "qkv's config has one `bias` switch; this Marian attention lacks some biases"
-        )
-    groups = (
-        [(dst.q_proj, projections[:1]), (dst.kv_proj, projections[1:])]
-        if dst.cross
-        else [(dst.in_proj, projections)]
-    )
-    for linear, parts in groups:
-        linear.weight.copy_(torch.cat([p.weight for p in parts])[:, perm])
-        linear.bias.copy_(torch.cat([p.bias for p in parts]))
-    dst.out_proj.weight.copy_(src.out_proj.weight[perm])
-    dst.out_proj.bias.copy_(src.out_proj.bias[perm])
+    weights = [w.get(f"{prefix}.{p}_proj.weight") for p in "qkv"]
+    biases = [w.get(f"{prefix}.{p}_proj.bias") for p in "qkv"]
+    groups = [(dst.q_proj, 0, 1), (dst.kv_proj, 1, 3)] if dst.cross else [(dst.in_proj, 0, 3)]
+    for linear, start, end in groups:
+        linear.weight.copy_(torch.cat(weights[start:end])[:, perm])
+        linear.bias.copy_(torch.cat(biases[start:end]))
+    dst.out_proj.weight.copy_(w.get(f"{prefix}.out_proj.weight")[perm])
+    dst.out_proj.bias.copy_(w.get(f"{prefix}.out_proj.bias")[perm])
 
 
 def _copy_feed_forward(
-    dst: PositionwiseFeedForward, fc1: nn.Linear, fc2: nn.Linear, perm: Tensor
+    dst: PositionwiseFeedForward, w: _Weights, prefix: str, perm: Tensor
 ) -> None:
-    dst.w_1.weight.copy_(fc1.weight[:, perm])
-    dst.w_1.bias.copy_(fc1.bias)
-    dst.w_2.weight.copy_(fc2.weight[perm])
-    dst.w_2.bias.copy_(fc2.bias[perm])
+    dst.w_1.weight.copy_(w.get(f"{prefix}.fc1.weight")[:, perm])
+    dst.w_1.bias.copy_(w.get(f"{prefix}.fc1.bias"))
+    dst.w_2.weight.copy_(w.get(f"{prefix}.fc2.weight")[perm])
+    dst.w_2.bias.copy_(w.get(f"{prefix}.fc2.bias")[perm])
 
 
-def _check_positions(table: Tensor, perm: Tensor) -> None:
-    """Marian's position table (P, D), permuted, must be qkv's sinusoid table (the import relies
-    on it)."""
-    expected = sinusoid_table(table.size(0), table.size(1))
-    if not torch.allclose(table.float()[:, perm].cpu(), expected, atol=1e-5):
-        raise ValueError(
-            "the Marian position table is not the sinusoid qkv computes; cannot import it exactly"
-        )
+def _copy_norm(dst: nn.Module, w: _Weights, prefix: str, perm: Tensor) -> None:
+    dst.weight.copy_(w.get(f"{prefix}.weight")[perm])
+    dst.bias.copy_(w.get(f"{prefix}.bias")[perm])
+
+
+def _check_positions(w: _Weights, stack: str, cfg: TransformerConfig, perm: Tensor) -> None:
+    """A stored position table (recent checkpoints leave it out: it is computed), permuted, must
+    be qkv's sinusoid table for Marian's positions 0 .. max_position_embeddings - 1."""
+    name = f"model.{stack}.embed_positions.weight"
+    if name not in w.state:
+        return
+    table = w.get(name)
+    expected = sinusoid_table(cfg.max_positions, cfg.d_model)
+    if table.shape != expected.shape or not torch.allclose(table[:, perm], expected, atol=1e-5):
+        raise ValueError(f"{name} is not the sinusoid table of Marian; cannot import it exactly")
 
 
 @torch.no_grad()
-def from_marian(hf_model: nn.Module, unk_id: int | None = None) -> Transformer:
-    """A qkv `Transformer` computing the same logits as `hf_model`, a Hugging Face `MarianMTModel`.
-
-    The result has hf_model's dtype, device and train/eval mode. Its hidden states (`encode`, the
-    decoder's output) are Marian's with the d_model features permuted by `marian_permutation`;
-    logits are the same. Raises ValueError or NotImplementedError (see the module docstring) for
-    what qkv cannot represent.
-    """
-    hf_config = hf_model.config
-    bias = getattr(hf_model, "final_logits_bias", None)
-    if bias is not None and bool(bias.any()):
-        raise NotImplementedError(
-            "final_logits_bias is non-zero; qkv's output projection has no bias"
-        )
+def from_marian_state_dict(
+    hf_config: Any, state: dict[str, Tensor], unk_id: int | None = None
+) -> Transformer:
+    """A float32 qkv `Transformer` (eval mode) computing the logits of the Marian model with
+    config `hf_config` (a MarianConfig or the dict of its config.json) and weights `state` (the
+    names of `MarianMTModel.state_dict()`). A ValueError names what qkv cannot represent."""
+    w = _Weights(state)
+    bias = w.get("final_logits_bias").flatten() if "final_logits_bias" in state else None
     cfg = config_from_marian(hf_config, unk_id)
-    marian = hf_model.model
-    _check_positions(marian.encoder.embed_positions.weight, marian_permutation(cfg.d_model))
-    _check_positions(marian.decoder.embed_positions.weight, marian_permutation(cfg.d_model))
-    like = marian.encoder.embed_tokens.weight
-    perm = marian_permutation(cfg.d_model).to(like.device)
-    model = Transformer(cfg).to(device=like.device, dtype=like.dtype)
-    model.encoder.embedding.weight.copy_(marian.encoder.embed_tokens.weight[:, perm])
-    if not cfg.share_embeddings:
-        model.decoder.embedding.weight.copy_(marian.decoder.embed_tokens.weight[:, perm])
-    if not cfg.tie_output:
-        model.output_projection.weight.copy_(hf_model.lm_head.weight[:, perm])
-    for dst, src in zip(model.encoder.layers, marian.encoder.layers, strict=True):
-        _copy_attention(dst.self_attn, src.self_attn, perm)
-        _copy_feed_forward(dst.feed_forward, src.fc1, src.fc2, perm)
-        _copy_norm(dst.self_attn_block.norm, src.self_attn_layer_norm, perm)
-        _copy_norm(dst.ff_block.norm, src.final_layer_norm, perm)
-    for dst, src in zip(model.decoder.layers, marian.decoder.layers, strict=True):
-        _copy_attention(dst.self_attn, src.self_attn, perm)
-        _copy_attention(dst.cross_attn, src.encoder_attn, perm)
-        _copy_feed_forward(dst.feed_forward, src.fc1, src.fc2, perm)
-        _copy_norm(dst.self_attn_block.norm, src.self_attn_layer_norm, perm)
-        _copy_norm(dst.cross_attn_block.norm, src.encoder_attn_layer_norm, perm)
-        _copy_norm(dst.ff_block.norm, src.final_layer_norm, perm)
-    return model.train(hf_model.training)
+    if bias is not None and bool(bias.any()):
+        cfg = cfg.replace(output_bias=True)
+    perm = marian_permutation(cfg.d_model)
+    model = Transformer(cfg).eval()
+    embedding = w.get("model.shared.weight", "model.encoder.embed_tokens.weight")
+    model.encoder.embedding.weight.copy_(embedding[:, perm])
+    if cfg.share_embeddings:
+        w.get("model.encoder.embed_tokens.weight", "model.shared.weight")  # the same, if stored
+        w.get("model.decoder.embed_tokens.weight", "model.shared.weight")
+    else:
+        decoder = w.get("model.decoder.embed_tokens.weight")
+        model.decoder.embedding.weight.copy_(decoder[:, perm])
+    if cfg.tie_output:
+        w.used.add("lm_head.weight")  # Marian ties it to the target embedding
+    else:
+        model.output_projection.weight.copy_(w.get("lm_head.weight")[:, perm])
+    if cfg.output_bias:
+        model.output_projection.bias.copy_(bias)
+    for stack in ("encoder", "decoder"):
+        _check_positions(w, stack, cfg, perm)
+    for i, layer in enumerate(model.encoder.layers):
+        prefix = f"model.encoder.layers.{i}"
+        _copy_attention(layer.self_attn, w, f"{prefix}.self_attn", perm)
+        _copy_feed_forward(layer.feed_forward, w, prefix, perm)
+        _copy_norm(layer.self_attn_block.norm, w, f"{prefix}.self_attn_layer_norm", perm)
+        _copy_norm(layer.ff_block.norm, w, f"{prefix}.final_layer_norm", perm)
+    for i, layer in enumerate(model.decoder.layers):
+        prefix = f"model.decoder.layers.{i}"
+        _copy_attention(layer.self_attn, w, f"{prefix}.self_attn", perm)
+        _copy_attention(layer.cross_attn, w, f"{prefix}.encoder_attn", perm)
+        _copy_feed_forward(layer.feed_forward, w, prefix, perm)
+        _copy_norm(layer.self_attn_block.norm, w, f"{prefix}.self_attn_layer_norm", perm)
+        _copy_norm(layer.cross_attn_block.norm, w, f"{prefix}.encoder_attn_layer_norm", perm)
+        _copy_norm(layer.ff_block.norm, w, f"{prefix}.final_layer_norm", perm)
+    if w.unused():
+        raise ValueError(f"the checkpoint has weights qkv has no place for: {w.unused()[:5]}")
+    return model
 
 
-__all__ = ["config_from_marian", "from_marian", "marian_permutation"]
+def from_marian(hf_model: nn.Module, unk_id: int | None = None) -> Transformer:
+    """A qkv `Transformer` computing the same logits as `hf_model`, a Hugging Face
+    `MarianMTModel`, with its dtype, device and train/eval mode. Its hidden states (`encode`, the
+    decoder's output) are Marian's with the d_model features permuted by `marian_permutation`."""
+    like = hf_model.model.encoder.embed_tokens.weight
+    state = {k: v.detach().cpu() for k, v in hf_model.state_dict().items()}
+    model = from_marian_state_dict(hf_model.config, state, unk_id)
+    return model.to(device=like.device, dtype=like.dtype).train(hf_model.training)
+
+
+# --- the directory --------------------------------------------------------------------------
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path.parent} is not a Marian model directory: no {path.name}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+
+
+def read_marian_weights(directory: str | Path) -> dict[str, Tensor]:
+    """The tensors of model.safetensors, else of pytorch_model.bin (tensors only: weights_only)."""
+    directory = Path(directory)
+    if (directory / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        return load_file(directory / "model.safetensors")
+    if (directory / "pytorch_model.bin").is_file():
+        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise ValueError(f"{directory} has no model.safetensors or pytorch_model.bin")
+
+
+def _vocabulary(path: Path) -> list[str]:
+    """vocab.json {piece: id} -> the pieces in id order (ids 0 .. n-1, each once)."""
+    vocab = _read_json(path)
+    if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
+        raise ValueError(f"{path} must map each piece to an integer id")
+    pieces = sorted(vocab, key=vocab.__getitem__)
+    if [vocab[p] for p in pieces] != list(range(len(pieces))):
+        raise ValueError(f"{path}: the ids must be 0 .. {len(pieces) - 1}, each once")
+    return pieces
+
+
+def _token(settings: dict[str, Any], name: str, default: str) -> str:
+    """A special token of tokenizer_config.json: a string, or an object with its "content"."""
+    value = settings.get(name) or default
+    return value["content"] if isinstance(value, dict) else value
+
+
+def marian_tokenizer(directory: str | Path, decoder_start_id: int) -> SubwordTokenizer:
+    """A qkv tokenizer giving MarianTokenizer's ids: source.spm / target.spm over vocab.json (and
+    target_vocab.json); bos is the piece of the decoder's start token."""
+    directory = Path(directory)
+    settings = {}
+    if (directory / "tokenizer_config.json").is_file():
+        settings = _read_json(directory / "tokenizer_config.json")
+    src_pieces = _vocabulary(directory / "vocab.json")
+    tgt_pieces = None
+    if settings.get("separate_vocabs"):
+        tgt_pieces = _vocabulary(directory / "target_vocab.json")
+    protos = []
+    for name in ("source.spm", "target.spm"):
+        if not (directory / name).is_file():
+            raise ValueError(f"{directory} is not a Marian model directory: no {name}")
+        protos.append((directory / name).read_bytes())
+    if not 0 <= decoder_start_id < len(tgt_pieces or src_pieces):
+        raise ValueError(f"decoder_start_token_id={decoder_start_id} is outside the vocabulary")
+    vocabulary = {
+        "src": src_pieces,
+        "tgt": tgt_pieces,
+        "pad": _token(settings, "pad_token", "<pad>"),
+        "unk": _token(settings, "unk_token", "<unk>"),
+        "bos": (tgt_pieces or src_pieces)[decoder_start_id],
+        "eos": _token(settings, "eos_token", "</s>"),
+    }
+    config = {
+        "joint": protos[0] == protos[1],
+        "model_type": "marian",
+        "vocab_size": len(src_pieces),
+        "lowercase": False,
+        "vocabulary": vocabulary,
+    }
+    return SubwordTokenizer(protos[0], protos[1], config)
+
+
+def convert_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write the qkv model directory of the Hugging Face Marian directory `src_dir` to `out_dir`
+    (see the module docstring); a ValueError names what cannot be imported."""
+    src_dir, out_dir = Path(src_dir), Path(out_dir)
+    if not src_dir.is_dir():
+        raise ValueError(f"{src_dir} is not a directory")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ValueError(f"{out_dir} is not empty; choose a new directory for the model")
+    settings = _settings(_read_json(src_dir / "config.json"))
+    start = _single_id(settings["decoder_start_token_id"], "decoder_start_token_id")
+    tokenizer = marian_tokenizer(src_dir, start)
+    model = from_marian_state_dict(settings, read_marian_weights(src_dir), tokenizer.unk_id)
+    cfg = model.config
+    checks = {
+        "pad_token_id": (cfg.pad_id, tokenizer.pad_id),
+        "eos_token_id": (cfg.eos_id, tokenizer.eos_id),
+        "vocab_size": (cfg.src_vocab_size, tokenizer.src_vocab_size),
+        "decoder_vocab_size": (cfg.target_vocab_size, tokenizer.tgt_vocab_size),
+    }
+    for key, (model_value, vocabulary_value) in checks.items():
+        if model_value != vocabulary_value:
+            raise ValueError(
+                f"config.json has {key}={model_value}, but the vocabulary files say "
+                f"{vocabulary_value}"
+            )
+    return save_model_dir(out_dir, model, tokenizer, imported_from=f"marian: {src_dir.name}")
+
+
+__all__ = [
+    "config_from_marian",
+    "convert_marian",
+    "from_marian",
+    "from_marian_state_dict",
+    "marian_permutation",
+    "marian_tokenizer",
+    "read_marian_weights",
+]

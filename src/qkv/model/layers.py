@@ -1,6 +1,6 @@
 """The layers: feed-forward, normalisation, residual "Add & Norm", the encoder and decoder layers.
 
-FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                      (paper eq. 2; GELU, SwiGLU as options)
+FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                (paper eq. 2; GELU, SiLU, SwiGLU as options)
 post-norm (paper):  x = Norm(x + Dropout(Sublayer(x)))
 pre-norm:           x = x + Dropout(Sublayer(Norm(x)))      (the stack then ends with a final Norm)
 EncoderLayer:  self-attention -> FFN
@@ -48,6 +48,8 @@ class PositionwiseFeedForward(nn.Module):
             h = F.silu(gate) * value
         elif self.activation == "gelu":
             h = F.gelu(h)
+        elif self.activation == "silu":  # Swish (Marian, OPUS-MT)
+            h = F.silu(h)
         else:
             h = F.relu(h)
         return self.w_2(self.dropout(h))

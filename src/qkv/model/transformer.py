@@ -76,7 +76,8 @@ class Stack(nn.Module):
 
     def max_positions(self) -> int | None:
         """How many positions this stack can embed: the learned table's size, else no limit."""
-        return self.cfg.max_positions if self.cfg.positional == "learned" else None
+        capped = self.cfg.positional == "learned" or self.cfg.cap_positions
+        return self.cfg.max_positions if capped else None
 
     def positional_terms(
         self, q_len: int, k_len: int, dtype: torch.dtype
@@ -192,7 +193,7 @@ class Transformer(nn.Module):
         )
         self.encoder = Encoder(cfg, src_embedding)
         self.decoder = Decoder(cfg, tgt_embedding)
-        self.output_projection = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=False)
+        self.output_projection = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=cfg.output_bias)
         init_linear_weights(self)
         if cfg.tie_output:
             self.output_projection.weight = tgt_embedding.weight

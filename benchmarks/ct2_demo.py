@@ -1,0 +1,88 @@
+"""The demo model in CTranslate2 with int8 weights: does it keep the demo's exact match?
+
+    python benchmarks/ct2_demo.py                       # trains the demo first (~75 s on 2 cores)
+    python benchmarks/ct2_demo.py --model qkv-demo      # a model directory `qkv demo` wrote
+
+Exports the demo model with `qkv export ctranslate2 --quantization int8`, translates the demo's
+test numbers (every 1- and 2-digit number, and held-out numbers of 3 to 6 digits) greedily with qkv
+(float32) and with CTranslate2 (int8 weights), and prints each one's exact match, overall and on
+the held-out numbers, and how often the two outputs agree. Writes the numbers to
+benchmarks/results/ct2_demo.json (needs `pip install -e '.[interop]'`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="the demo's model directory (default: train one)")
+    parser.add_argument("--n-test", type=int, default=500, help="held-out numbers (as qkv demo)")
+    parser.add_argument("--json", default=str(Path(__file__).parent / "results" / "ct2_demo.json"))
+    args = parser.parse_args()
+
+    import ctranslate2
+
+    from qkv.apps.demo import demo_config, run_demo
+    from qkv.apps.translator import Translator
+    from qkv.data.synthetic import synthetic_splits
+    from qkv.decode.options import DecodeOptions
+    from qkv.interop.ctranslate2 import export_ctranslate2, never_generated
+    from qkv.modeldir import load_model_dir
+
+    work = Path(tempfile.mkdtemp(prefix="qkv-ct2-demo-"))
+    model_dir = Path(args.model) if args.model else work / "demo"
+    if args.model is None:
+        print(f"training the demo into {model_dir} ...")
+        run_demo(model_dir, n_test=args.n_test)
+    cfg = demo_config()
+    _, _, test = synthetic_splits(cfg.seed, cfg.synthetic_train, cfg.synthetic_valid, args.n_test,
+                                  target=cfg.synthetic_target, max_value=cfg.synthetic_max_value)
+    translator = Translator.load(model_dir)
+    start = time.perf_counter()
+    ours = translator.translate(test.src, DecodeOptions(beam=1))
+    qkv_seconds = time.perf_counter() - start
+
+    out = export_ctranslate2(model_dir, work / "ct2-int8", quantization="int8")
+    tokenizer = translator.tokenizer
+    ct2 = ctranslate2.Translator(str(out), device="cpu", compute_type="int8")
+    pieces = tokenizer.tgt_vocabulary()
+    source = [[tokenizer.src_vocabulary()[i] for i in ids] for ids in tokenizer.encode_src(test.src)]
+    start = time.perf_counter()
+    results = ct2.translate_batch(source, beam_size=1, max_decoding_length=256,
+                                  suppress_sequences=never_generated(load_model_dir(model_dir), tokenizer))
+    ct2_seconds = time.perf_counter() - start
+    theirs = tokenizer.decode_tgt([[pieces.index(p) for p in r.hypotheses[0]] for r in results])
+
+    held_out = [i for i, src in enumerate(test.src) if len(src.replace(" ", "")) >= 3]
+
+    def exact(hyps: list[str], rows: list[int]) -> float:
+        return sum(hyps[i] == test.tgt[i] for i in rows) / len(rows)
+
+    everything = list(range(len(test.src)))
+    numbers = {
+        "test_numbers": len(everything),
+        "held_out_numbers": len(held_out),
+        "qkv_float32_exact_match": exact(ours, everything),
+        "qkv_float32_held_out_exact_match": exact(ours, held_out),
+        "ct2_int8_exact_match": exact(theirs, everything),
+        "ct2_int8_held_out_exact_match": exact(theirs, held_out),
+        "same_output": sum(a == b for a, b in zip(ours, theirs, strict=True)) / len(ours),
+        "qkv_seconds": round(qkv_seconds, 2),
+        "ct2_int8_seconds": round(ct2_seconds, 2),
+        "ctranslate2": ctranslate2.__version__,
+    }
+    for key, value in numbers.items():
+        print(f"{key:34} {value:.4f}" if isinstance(value, float) else f"{key:34} {value}")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(numbers, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Export a qkv translation model to CTranslate2, the inference engine behind many servers.
+
+    qkv export ctranslate2 runs/demo --out demo-ct2 --quantization int8     # the command line
+    export_ctranslate2("runs/demo", "demo-ct2", quantization="int8")         # the same in Python
+    spec = transformer_spec(model, tokenizer)                               # a ctranslate2 spec
+
+The CTranslate2 model is built directly from qkv's modules with `ctranslate2.specs`: one
+`TransformerEncoderSpec` and one `TransformerDecoderSpec` whose options say what qkv's config
+says (post- or pre-norm, LayerNorm or RMSNorm, ReLU, GELU, SiLU or SwiGLU, grouped-query
+attention, biases or none, the score scale and temperature), filled with qkv's weights: the fused
+[W^Q; W^K; W^V] of self-attention, cross-attention's W^Q and [W^K; W^V], the feed-forward layers
+(SwiGLU's gate and value halves apart), the norms, the embeddings and the output projection (with
+its bias, if any). Positions: qkv's own table (sinusoidal, learned; `max_positions` rows, which
+bounds the sentence length), T5's relative bias (the stack's one table in every layer) or rotary
+(halves, not interleaved). The vocabularies are the tokenizer's pieces in id order, the special
+tokens its pad/bos/eos/unk pieces, the decoder starts from bos, and eos is added to every source,
+as qkv does. Shared or separate vocabularies and tied or untied output weights come out as
+CTranslate2 stores them (tied weights once).
+
+CTranslate2 has no ALiBi in its encoder and computes dot-product scores only: such models (and
+models that are not encoder-decoders) are refused with a ValueError saying so.
+
+The output directory also holds the SentencePiece models (`source.spm`, `target.spm`) and a
+README.md with the Python lines that translate with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..data.tokenizer import SubwordTokenizer
+from ..model import Transformer
+from ..model.attention import MultiHeadedAttention
+from ..model.layers import PositionwiseFeedForward
+from ..model.positions import sinusoid_table
+from ..model.transformer import Stack
+from ..modeldir import atomic_write_bytes, atomic_write_text, load_model_dir
+
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
+
+
+def _array(t: Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy()
+
+
+def _set_linear(spec, linear: nn.Linear) -> None:
+    spec.weight = _array(linear.weight)
+    if linear.bias is not None:
+        spec.bias = _array(linear.bias)
+
+
+def _set_norm(spec, norm: nn.Module) -> None:
+    spec.gamma = _array(norm.weight)
+    if getattr(norm, "bias", None) is not None:
+        spec.beta = _array(norm.bias)
+
+
+def _set_attention(spec, attn: MultiHeadedAttention, norm: nn.Module) -> None:
+    """Self-attention: linear[0] = [W^Q; W^K; W^V]; cross-attention: linear[0] = W^Q and
+    linear[1] = [W^K; W^V]; the last linear is W^O. The score scale includes the temperature."""
+    projections = [attn.q_proj, attn.kv_proj] if attn.cross else [attn.in_proj]
+    for linear_spec, linear in zip(spec.linear, [*projections, attn.out_proj], strict=True):
+        _set_linear(linear_spec, linear)
+    spec.queries_scale = np.float32(attn.score.scale / attn.temperature)
+    _set_norm(spec.layer_norm, norm)
+
+
+def _set_feed_forward(spec, ff: PositionwiseFeedForward, norm: nn.Module) -> None:
+    """linear_0 = W_1 (SwiGLU: its gate half, and linear_0_noact its value half), linear_1 = W_2."""
+    if ff.activation == "swiglu":
+        gate, value = ff.w_1.weight.chunk(2)
+        spec.linear_0.weight, spec.linear_0_noact.weight = _array(gate), _array(value)
+        if ff.w_1.bias is not None:
+            gate_bias, value_bias = ff.w_1.bias.chunk(2)
+            spec.linear_0.bias, spec.linear_0_noact.bias = _array(gate_bias), _array(value_bias)
+    else:
+        _set_linear(spec.linear_0, ff.w_1)
+    _set_linear(spec.linear_1, ff.w_2)
+    _set_norm(spec.layer_norm, norm)
+
+
+def _set_stack(spec, stack: Stack) -> None:
+    """Embeddings, positions and the final norm (pre-norm) of an encoder or decoder."""
+    cfg = stack.cfg
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    embeddings.weight = _array(stack.embedding.weight)
+    spec.scale_embeddings = cfg.scale_embeddings
+    if cfg.positional == "sinusoidal":
+        spec.position_encodings.encodings = _array(sinusoid_table(cfg.max_positions, cfg.d_model))
+    elif cfg.positional == "learned":
+        spec.position_encodings.encodings = _array(stack.absolute.weight)
+    elif cfg.positional == "none":  # a table of zeros adds nothing
+        spec.position_encodings.encodings = np.zeros((cfg.max_positions, cfg.d_model), np.float32)
+    if cfg.norm_first:
+        _set_norm(spec.layer_norm, stack.norm)
+    for layer_spec in spec.layer:
+        if cfg.positional == "relative":  # one table per stack, read by every layer
+            attention = layer_spec.self_attention
+            attention.relative_attention_bias = _array(stack.score_bias.embedding.weight)
+            attention.relative_attention_max_distance = np.int32(cfg.relative_max_distance)
+
+
+def check_exportable(model: nn.Module) -> None:
+    """ValueError naming what CTranslate2 cannot represent."""
+    if not isinstance(model, Transformer):
+        raise ValueError(
+            f"CTranslate2 export covers encoder-decoder Transformers, not {type(model).__name__}"
+        )
+    cfg = model.config
+    if cfg.positional == "alibi":
+        raise ValueError("positional='alibi': CTranslate2 has no ALiBi in its encoder")
+    if cfg.attention not in ("scaled_dot", "dot"):
+        raise ValueError(
+            f"attention={cfg.attention!r}: CTranslate2 computes dot-product scores only"
+        )
+
+
+def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
+    """The `ctranslate2.specs.TransformerSpec` of a qkv Transformer and its tokenizer."""
+    check_exportable(model)
+    try:
+        from ctranslate2.specs import (
+            TransformerDecoderSpec,
+            TransformerEncoderSpec,
+            TransformerSpec,
+        )
+        from ctranslate2.specs.common_spec import Activation
+    except ImportError:
+        raise ValueError("the export needs CTranslate2: pip install 'qkv[interop]'") from None
+    cfg = model.config
+    activation = {"relu": Activation.RELU, "gelu": Activation.GELU}.get(
+        cfg.activation, Activation.SWISH  # silu, and swiglu's gate
+    )
+    options = dict(
+        pre_norm=cfg.norm_first,
+        activation=activation,
+        ffn_glu=cfg.activation == "swiglu",
+        rms_norm=cfg.norm == "rmsnorm",
+        relative_attention_bias=cfg.positional == "relative",
+        num_heads_kv=None if cfg.kv_heads == cfg.n_heads else cfg.kv_heads,
+    )
+    if cfg.positional == "rope":  # rotate all of each head, in halves (not interleaved)
+        options.update(rotary_dim=0, rotary_interleave=False, rotary_base=cfg.rope_base)
+    encoder = TransformerEncoderSpec(cfg.n_encoder_layers, cfg.n_heads, **options)
+    decoder = TransformerDecoderSpec(cfg.n_decoder_layers, cfg.n_heads, **options)
+    if cfg.positional == "rope":
+        del encoder.position_encodings  # rotary only (CTranslate2 would add sinusoids)
+    _set_stack(encoder, model.encoder)
+    _set_stack(decoder, model.decoder)
+    for layer_spec, layer in zip(encoder.layer, model.encoder.layers, strict=True):
+        _set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_block.norm)
+        _set_feed_forward(layer_spec.ffn, layer.feed_forward, layer.ff_block.norm)
+    for layer_spec, layer in zip(decoder.layer, model.decoder.layers, strict=True):
+        _set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_block.norm)
+        _set_attention(layer_spec.attention, layer.cross_attn, layer.cross_attn_block.norm)
+        _set_feed_forward(layer_spec.ffn, layer.feed_forward, layer.ff_block.norm)
+    _set_linear(decoder.projection, model.output_projection)
+
+    spec = TransformerSpec(encoder, decoder)
+    source, target = tokenizer.src_vocabulary(), tokenizer.tgt_vocabulary()
+    if (len(source), len(target)) != (cfg.src_vocab_size, cfg.target_vocab_size):
+        raise ValueError(
+            f"the tokenizer has {len(source)}/{len(target)} pieces, the model "
+            f"{cfg.src_vocab_size}/{cfg.target_vocab_size} embeddings"
+        )
+    spec.register_source_vocabulary(source)
+    spec.register_target_vocabulary(target)
+    spec.config.unk_token = target[cfg.unk_id]
+    spec.config.bos_token = target[cfg.bos_id]
+    spec.config.eos_token = target[cfg.eos_id]
+    spec.config.decoder_start_token = target[cfg.bos_id]
+    spec.config.add_source_eos = True
+    spec.config.layer_norm_epsilon = cfg.norm_eps
+    return spec
+
+
+def never_generated(model: Transformer, tokenizer: SubwordTokenizer) -> list[list[str]]:
+    """The tokens qkv never writes (pad, bos), as CTranslate2's `suppress_sequences`."""
+    target = tokenizer.tgt_vocabulary()
+    return [[target[i]] for i in dict.fromkeys([model.config.bos_id, model.config.pad_id])]
+
+
+README = """# {name}: a qkv model for CTranslate2
+
+Exported by `qkv export ctranslate2` ({quantization} weights). Translate with:
+
+```python
+import ctranslate2
+import sentencepiece as spm
+
+source = spm.SentencePieceProcessor(model_file="{out}/source.spm")
+target = spm.SentencePieceProcessor(model_file="{out}/target.spm")
+translator = ctranslate2.Translator("{out}", device="cpu")
+texts = ["{example}"]
+pieces = [source.encode({lower}, out_type=str) for text in texts]
+results = translator.translate_batch(pieces, beam_size=4, suppress_sequences={suppress})
+print([target.decode(r.hypotheses[0]) for r in results])
+```
+
+The source's end token is added by CTranslate2. `suppress_sequences` keeps CTranslate2 from writing
+the tokens qkv never writes. Sentences have at most {positions} tokens.{language}
+"""
+
+LANGUAGE_NOTE = """
+
+This model reads a target-language token first (e.g. {code}): put it before the pieces,
+`pieces = [["{code}", *source.encode(text, out_type=str)] for text in texts]`.
+"""
+
+
+def _readme(out: Path, tokenizer: SubwordTokenizer, model: Transformer, quantization: str) -> str:
+    codes = [p for p in tokenizer.src_vocabulary() if p.startswith(">>") and p.endswith("<<")]
+    cfg = model.config
+    positions = cfg.max_positions if cfg.positional in ("sinusoidal", "learned", "none") else "any"
+    return README.format(
+        name=out.name,
+        out=out,
+        quantization=quantization,
+        example="Hello world.",
+        lower="text.lower()" if tokenizer.lowercase else "text",
+        suppress=never_generated(model, tokenizer),
+        positions=positions,
+        language=LANGUAGE_NOTE.format(code=codes[0]) if codes else "",
+    )
+
+
+@torch.no_grad()
+def export_ctranslate2(
+    model_dir: str | Path, out_dir: str | Path, quantization: str = "float32"
+) -> Path:
+    """Write the CTranslate2 model of the qkv model directory `model_dir` to `out_dir` (new or
+    empty), with its SentencePiece models and a README.md."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization {quantization!r}; choose from {QUANTIZATIONS}")
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out} exists and is not an empty directory; choose a new one")
+    model = load_model_dir(model_dir)
+    tokenizer = SubwordTokenizer.load(model_dir)
+    spec = transformer_spec(model, tokenizer)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    out.mkdir(parents=True, exist_ok=True)
+    spec.save(str(out))
+    atomic_write_bytes(out / "source.spm", tokenizer.sentencepiece_models[0])
+    atomic_write_bytes(out / "target.spm", tokenizer.sentencepiece_models[1])
+    atomic_write_text(out / "README.md", _readme(out, tokenizer, model, quantization))
+    return out
+
+
+__all__ = [
+    "QUANTIZATIONS",
+    "check_exportable",
+    "export_ctranslate2",
+    "never_generated",
+    "transformer_spec",
+]
