@@ -8,18 +8,15 @@ from typing import Any
 
 from ..modeldir import atomic_write
 
-LOG_FIELDS = [
-    "step",
-    "epoch",
-    "lr",
-    "train_loss",
-    "train_ppl",
-    "tokens_per_s",
-    "valid_loss",
-    "valid_ppl",
-    "valid_bleu",
-    "elapsed_s",
-]
+TRAIN_FIELDS = ["step", "epoch", "lr", "train_loss", "train_ppl", "tokens_per_s"]
+
+
+def log_fields(valid_metrics: tuple[str, ...]) -> list[str]:
+    """The columns of log.csv for a task's validation metrics."""
+    return [*TRAIN_FIELDS, *valid_metrics, "elapsed_s"]
+
+
+LOG_FIELDS = log_fields(("valid_loss", "valid_ppl", "valid_bleu"))  # a translation run's
 
 
 class TrainingLog:
@@ -30,19 +27,21 @@ class TrainingLog:
     rename, so a kill at any moment loses none of them.
     """
 
-    def __init__(self, out: Path, step: int, tensorboard: bool) -> None:
+    def __init__(
+        self, out: Path, step: int, tensorboard: bool, fields: list[str] = LOG_FIELDS
+    ) -> None:
         self.path = out / "log.csv"
         kept = self._rows_up_to(step)
 
         def write_kept(tmp: Path) -> None:
             with open(tmp, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=LOG_FIELDS, extrasaction="ignore")
+                writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
                 writer.writeheader()
                 writer.writerows(kept)
 
         atomic_write(self.path, write_kept)
         self._file = open(self.path, "a", newline="")  # noqa: SIM115 - closed in close()
-        self._csv = csv.DictWriter(self._file, fieldnames=LOG_FIELDS, extrasaction="ignore")
+        self._csv = csv.DictWriter(self._file, fieldnames=fields, extrasaction="ignore")
         self._tensorboard: Any = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -63,7 +62,7 @@ class TrainingLog:
             ]
 
     def write(self, row: dict[str, Any]) -> None:
-        """One row of LOG_FIELDS (missing ones left empty); it must hold "step"."""
+        """One row of the log's fields (missing ones left empty); it must hold "step"."""
         self._csv.writerow(row)
         self._file.flush()
         if self._tensorboard is not None:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from ..model import Transformer
+from ..model import DecoderOnly, EncoderOnly, Transformer
 from ..model.masks import padding_mask
 
 
@@ -107,3 +107,62 @@ class TranslationLoss(nn.Module):
             self.label_smoothing,
             self.chunk_tokens,
         )
+
+
+class LanguageModelLoss(nn.Module):
+    """A decoder-only model's objective: the next-token cross entropy of a causal language model.
+
+        hidden = model.decoder(inputs)              # (B, T, D), position t sees inputs <= t
+        loss   = label-smoothed cross entropy of model.lm_head(hidden) vs targets
+
+    inputs (B, T) = [bos] + text ids, targets (B, T) = text ids + [eos]: the same sequence shifted
+    by one, right-padded. Returns (loss sum, NLL sum) over the non-pad targets.
+    """
+
+    def __init__(
+        self, model: DecoderOnly, label_smoothing: float = 0.0, chunk_tokens: int | None = None
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        hidden, _ = self.model.decoder(inputs)  # (B, T, D)
+        pad_id = self.model.config.pad_id
+        return label_smoothed_loss_from_hidden(
+            hidden, self.model.lm_head, targets, pad_id, self.label_smoothing, self.chunk_tokens
+        )
+
+
+class MaskedLMLoss(nn.Module):
+    """An encoder-only model's pretraining objective (BERT's masked LM): predict the original id
+    at each corrupted position.
+
+    inputs (B, S): corrupted ids; targets (B, S): the original id where the input was chosen for
+    corruption, pad elsewhere. Only the chosen positions go through the output layer.
+    """
+
+    def __init__(self, model: EncoderOnly, label_smoothing: float = 0.0) -> None:
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+
+    def forward(self, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        hidden = self.model.encoder(inputs)  # (B, S, D)
+        chosen = targets != self.model.config.pad_id  # (B, S)
+        logits = self.model.mlm_output(hidden[chosen])  # (n, V)
+        return _sums(logits, targets[chosen], self.label_smoothing)
+
+
+class ClassificationLoss(nn.Module):
+    """An encoder-only classifier's objective: ids (B, S), labels (B,) -> (loss sum, NLL sum) of
+    the class logits (label smoothing spreads eps over the classes)."""
+
+    def __init__(self, model: EncoderOnly, label_smoothing: float = 0.0) -> None:
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+
+    def forward(self, inputs: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        return _sums(self.model.classify(inputs), labels, self.label_smoothing)

@@ -27,7 +27,7 @@ class EncodedData:
     valid_tgt: list[list[int]]
 
 
-def _validation_split(name: str) -> str:
+def validation_split(name: str) -> str:
     splits = get_corpus(name).splits
     for candidate in ("val", "valid", "dev"):
         if candidate in splits:
@@ -50,7 +50,7 @@ def load_corpora(cfg: TrainConfig) -> tuple[ParallelCorpus, ParallelCorpus | Non
     if cfg.corpus is not None:
         assert cfg.src_lang and cfg.tgt_lang
         args = (cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.download)
-        valid_split = cfg.valid_split or _validation_split(cfg.corpus)
+        valid_split = cfg.valid_split or validation_split(cfg.corpus)
         train = load_named(cfg.corpus, cfg.train_split, *args)
         return train, load_named(cfg.corpus, valid_split, *args)
     if cfg.train_tsv:
