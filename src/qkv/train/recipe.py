@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,36 @@ from ..config import PRESETS, TransformerConfig, dataclass_from_dict
 from .distributed import resolve_device
 from .schedule import lr_multiplier
 
+# each task's validation metrics, by which the best model is kept (the first is the default)
+VALID_METRICS = {
+    "translate": ("bleu", "loss"),
+    "lm": ("loss",),
+    "mlm": ("loss",),
+    "classify": ("accuracy", "macro_f1", "loss"),
+}
+# the data keys each task reads
+TASK_DATA_KEYS = {
+    "translate": (
+        "corpus", "train_src", "train_tgt", "train_tsv", "valid_src", "valid_tgt", "valid_tsv"
+    ),
+    "lm": ("corpus", "train_text", "valid_text"),
+    "mlm": ("corpus", "train_text", "valid_text"),
+    "classify": ("train_tsv", "valid_tsv", "init_from"),
+}
+
 
 @dataclass
 class TrainConfig:
+    # --- what is trained (qkv.train.tasks): "translate" (encoder-decoder), "lm" (decoder-only
+    # causal language model), "mlm" (encoder-only masked-token pretraining), "classify" (an
+    # encoder-only classifier of text<TAB>label lines)
+    task: str = "translate"
+    # lm, mlm: a text file, one text per line (or a corpus: its src_lang side; synthetic: the
+    # number words)
+    train_text: str | None = None
+    valid_text: str | None = None
+    # classify: start from this mlm model directory (its tokenizer, shape and encoder weights)
+    init_from: str | None = None
     # --- data: a named corpus, your own files, or the built-in synthetic corpus
     corpus: str | None = None  # "multi30k", "tatoeba-zh-en", "synthetic"; None: the files below
     src_lang: str | None = None
@@ -75,7 +103,9 @@ class TrainConfig:
     max_hours: float | None = None
     # --- validation and checkpoints
     valid_every: int = 1000  # updates; also when checkpoints are written
-    valid_metric: str = "bleu"  # "bleu" (higher is better) or "loss"
+    # the model kept as OUT is the best by: "bleu" or "loss" (translate), "loss" (lm, mlm),
+    # "accuracy", "macro_f1" or "loss" (classify); None: the task's first
+    valid_metric: str | None = None
     valid_bleu: bool = True  # greedy-decode the validation set and score it with sacreBLEU
     valid_max_sentences: int | None = None  # decode only the first N validation sentences
     patience: int | None = None  # stop after this many validations without improvement
@@ -95,6 +125,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.adam_betas = tuple(self.adam_betas)  # type: ignore[assignment]
+        if self.valid_metric is None and self.task in VALID_METRICS:
+            self.valid_metric = VALID_METRICS[self.task][0]
         self.validate()
 
     def validate(self) -> None:
@@ -107,9 +139,11 @@ class TrainConfig:
             self.subword in ("unigram", "bpe"),
             f"subword={self.subword!r}; choose 'unigram' or 'bpe'",
         )
+        check(self.task in VALID_METRICS, f"task={self.task!r}; choose from {list(VALID_METRICS)}")
+        metrics = VALID_METRICS[self.task]
         check(
-            self.valid_metric in ("bleu", "loss"),
-            f"valid_metric={self.valid_metric!r}; choose 'bleu' or 'loss'",
+            self.valid_metric in metrics,
+            f"valid_metric={self.valid_metric!r}; task {self.task!r} chooses from {list(metrics)}",
         )
         check(
             self.valid_metric != "bleu" or self.valid_bleu,
@@ -167,18 +201,45 @@ class TrainConfig:
             0.0 <= self.subword_dropout < 1.0,
             f"subword_dropout must be in [0, 1), got {self.subword_dropout}",
         )
-        has_pair = self.train_src is not None and self.train_tgt is not None
-        check(
-            self.corpus is not None or self.train_tsv is not None or has_pair,
-            "no training data: set corpus (multi30k, tatoeba-zh-en, synthetic) or "
-            "train_src + train_tgt (or train_tsv)",
-        )
-        named = self.corpus is not None and self.corpus != "synthetic"
-        check(
-            not named or bool(self.src_lang and self.tgt_lang),
-            f"corpus {self.corpus!r} needs src_lang and tgt_lang",
-        )
+        self._check_data(check)
         self.model_config(1000, 1000)  # model keys are checked now, not after the data preparation
+
+    def _check_data(self, check: Callable[[bool, str], None]) -> None:
+        """The task's data keys are set, and no key of another task's data is."""
+        keys = TASK_DATA_KEYS[self.task]
+        every_key = {k for task_keys in TASK_DATA_KEYS.values() for k in task_keys}
+        foreign = sorted(k for k in every_key - set(keys) if getattr(self, k) is not None)
+        check(not foreign, f"task {self.task!r} reads {', '.join(keys)}, not {', '.join(foreign)}")
+        if self.task == "translate":
+            has_pair = self.train_src is not None and self.train_tgt is not None
+            check(
+                self.corpus is not None or self.train_tsv is not None or has_pair,
+                "no training data: set corpus (multi30k, tatoeba-zh-en, synthetic) or "
+                "train_src + train_tgt (or train_tsv)",
+            )
+        elif self.task in ("lm", "mlm"):
+            check(
+                self.corpus is not None or self.train_text is not None,
+                f"no training data: task {self.task!r} needs train_text (a text file, one text "
+                "per line) or a corpus",
+            )
+        else:
+            check(
+                self.train_tsv is not None,
+                "no training data: task 'classify' needs train_tsv (text<TAB>label lines)",
+            )
+        check(self.task == "translate" or self.joint_vocab, f"task {self.task!r} needs joint_vocab")
+        named = self.corpus is not None and self.corpus != "synthetic"
+        if self.task == "translate":
+            check(
+                not named or bool(self.src_lang and self.tgt_lang),
+                f"corpus {self.corpus!r} needs src_lang and tgt_lang",
+            )
+        else:
+            check(
+                not named or bool(self.src_lang),
+                f"task {self.task!r} on corpus {self.corpus!r} reads the side src_lang: set it",
+            )
 
     def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
         """The TransformerConfig of this recipe, for the vocabulary sizes of the trained

@@ -1,5 +1,7 @@
 """The training loop: the paper's recipe (Adam, warm-up schedule, label smoothing, dropout) around a
 model, with validation, best-checkpoint selection, early stopping, exact resume, logs, and DDP.
+One loop for every task (cfg.task: translate, lm, mlm, classify); what differs between them (the
+data, the model, the batches, the loss, the validation metrics) is the task's (`qkv.train.tasks`).
 
     cfg = load_train_config("configs/multi30k-small.yaml")
     configure_process(**cfg.process_settings())  # the caller's part: qkv.runtime.process
@@ -26,17 +28,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import yaml
-from sacrebleu.metrics import BLEU
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from ..data.batching import Batch, TokenBatchSampler, collate, pad_sequences
-from ..decode.search import DEFAULT_MAX_LEN_B, greedy
-from ..model import Transformer
+from ..data.batching import TokenBatchSampler
 from ..modeldir import (
     MODEL_DIR_FILES,
     TOKENIZER_FILE,
@@ -56,11 +54,10 @@ from .checkpoints import (
     save_checkpoint,
 )
 from .distributed import all_gather, all_reduce_sum, barrier, cleanup, init_distributed
-from .logs import TrainingLog
-from .loss import TranslationLoss
-from .prepare import EncodedData, prepare_data, sample_segmentation
+from .logs import TrainingLog, log_fields
 from .recipe import TrainConfig
 from .schedule import lr_multiplier, paper_peak_lr
+from .tasks import Task, make_task
 
 log = logging.getLogger("qkv.train")
 
@@ -137,7 +134,7 @@ class _Window:
 
 
 class Trainer:
-    """Trains `Transformer(cfg.model_config(...))` on the configured data; OUT is a model directory.
+    """Trains the model of the recipe's task on its data; OUT is a model directory.
 
     OUT/config.json, model.safetensors, tokenizer   the best model so far (by cfg.valid_metric)
     OUT/train_config.yaml                           the resolved recipe
@@ -167,15 +164,17 @@ class Trainer:
         tokenizer_dir = None
         if resume_from is not None and (resume_from / TOKENIZER_FILE).is_file():
             tokenizer_dir = resume_from
-        self.data: EncodedData = self._prepare_data(
-            train_tokenizer=resume_from is None, tokenizer_dir=tokenizer_dir
-        )
+        self.task: Task = make_task(cfg)
+        self._prepare_data(train_tokenizer=resume_from is None, tokenizer_dir=tokenizer_dir)
         self.sampler = self._train_sampler()
         self.valid_batches = self._valid_batches()
         # model and optimization
         self.model = self._build_model()
-        self.loss = TranslationLoss(self.model, cfg.label_smoothing, cfg.loss_chunk_tokens)
-        self.ddp = DistributedDataParallel(self.loss) if self.env.enabled else None
+        self.loss = self.task.loss_module(self.model)
+        self.ddp = None
+        if self.env.enabled:
+            unused = self.task.unused_parameters
+            self.ddp = DistributedDataParallel(self.loss, find_unused_parameters=unused)
         self.optimizer = self._build_optimizer()
         schedule = lr_multiplier(cfg.schedule, cfg.warmup, cfg.max_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
@@ -194,6 +193,11 @@ class Trainer:
     def step(self) -> int:
         """Optimizer updates done."""
         return self.progress.step
+
+    @property
+    def data(self) -> Any:
+        """The task's encoded data (translation: `qkv.train.prepare.EncodedData`)."""
+        return self.task.data
 
     # --- setup ---------------------------------------------------------------------------------
     def _check_output(self, resume: bool, overwrite: bool) -> None:
@@ -283,24 +287,19 @@ class Trainer:
                 "or start a new run in another --out"
             )
 
-    def _prepare_data(
-        self, train_tokenizer: bool, tokenizer_dir: Path | None = None
-    ) -> EncodedData:
+    def _prepare_data(self, train_tokenizer: bool, tokenizer_dir: Path | None = None) -> None:
         """Rank 0 prepares the data (training the tokenizer of a fresh run into OUT); the other
         ranks then read the tokenizer it saved (or the checkpoint's, on resume)."""
         if self.env.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-            data = prepare_data(self.cfg, self.out, train_tokenizer, tokenizer_dir)
+            self.task.prepare(self.out, train_tokenizer, tokenizer_dir)
         barrier(self.env)
         if not self.env.is_main:
-            data = prepare_data(self.cfg, self.out, False, tokenizer_dir)
-        return data
+            self.task.prepare(self.out, False, tokenizer_dir)
 
     def _train_sampler(self) -> TokenBatchSampler:
-        d = self.data
         return TokenBatchSampler(
-            [len(s) for s in d.train_src],
-            [len(t) for t in d.train_tgt],
+            *self.task.train_lengths(),
             self.cfg.max_tokens,
             shuffle=True,
             seed=self.cfg.seed,
@@ -311,20 +310,15 @@ class Trainer:
     def _valid_batches(self) -> list[list[int]]:
         """Validation batches, the same every time: length-sorted, cut once, with room for a pair
         of max_len."""
-        d = self.data
         max_tokens = max(self.cfg.max_tokens, 2 * self.cfg.max_len + 4)
-        sampler = TokenBatchSampler(
-            [len(s) for s in d.valid_src], [len(t) for t in d.valid_tgt], max_tokens, shuffle=False
-        )
+        sampler = TokenBatchSampler(*self.task.valid_lengths(), max_tokens, shuffle=False)
         return sampler.rank_batches(0)
 
-    def _build_model(self) -> Transformer:
-        """The recipe's model, initialized from cfg.seed (the process's generator is left as is)."""
-        tok = self.data.tokenizer
-        config = self.cfg.model_config(tok.src_vocab_size, tok.tgt_vocab_size)
+    def _build_model(self) -> nn.Module:
+        """The task's model, initialized from cfg.seed (the process's generator is left as is)."""
         with torch.random.fork_rng(devices=[]):
             torch.random.default_generator.manual_seed(self.cfg.seed)
-            model = Transformer(config)
+            model = self.task.build_model()
         return model.to(self.device)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
@@ -384,7 +378,7 @@ class Trainer:
             state = self._trainer_state()
             try:
                 save_checkpoint(
-                    self.out, self.step, self.model, self.optimizer, state, rng, self.data.tokenizer
+                    self.out, self.step, self.model, self.optimizer, state, rng, self.task.tokenizer
                 )
             except OSError as e:
                 raise self._write_failed(f"the checkpoint of step {self.step}", e) from e
@@ -410,11 +404,12 @@ class Trainer:
             save_model_dir(
                 self.out,
                 self.model,
-                self.data.tokenizer,
+                self.task.tokenizer,
                 train_step=self.step,
                 valid_metric=self.cfg.valid_metric,
                 best_metric=self.progress.best_metric,
                 **self.cfg.languages(),
+                **self.task.metadata(),
             )
         except OSError as e:
             raise self._write_failed("the model directory", e) from e
@@ -429,28 +424,21 @@ class Trainer:
         )
 
     # --- one update ----------------------------------------------------------------------------
-    def _epoch_ids(self) -> tuple[list[list[int]], list[list[int]]]:
-        """The training pairs' ids for the sampler's epoch: fixed, or re-segmented per epoch
-        (subword_dropout) from a seed of (seed, epoch), so that a resumed epoch gets the same
-        draw."""
-        cfg = self.cfg
-        if cfg.subword_dropout == 0.0:
-            return self.data.train_src, self.data.train_tgt
-        seed = int(np.random.SeedSequence([cfg.seed, self.sampler.epoch]).generate_state(1)[0])
-        src, tgt = sample_segmentation(self.data, cfg.subword_dropout, seed, cfg.max_len)
-        self.sampler.set_lengths([len(s) for s in src], [len(t) for t in tgt])
-        return src, tgt
+    def _epoch_ids(self) -> Any:
+        """The training examples of the sampler's epoch (translation: re-segmented per epoch with
+        subword_dropout)."""
+        return self.task.epoch_examples(self.sampler)
 
-    def _batches(self) -> Iterator[Batch]:
-        """Training batches, epoch after epoch (until max_epochs), from the sampler's position."""
-        tok = self.data.tokenizer
+    def _batches(self) -> Iterator[Any]:
+        """Training batches, epoch after epoch (until max_epochs), from the sampler's position.
+        A batch's key (epoch, position, rank) seeds the task's randomness in it (mlm masks)."""
         while self.cfg.max_epochs is None or self.sampler.epoch < self.cfg.max_epochs:
-            src, tgt = self._epoch_ids()
+            examples = self._epoch_ids()
             for indices in self.sampler:
-                pairs = [(src[i], tgt[i]) for i in indices]
-                yield collate(pairs, tok.pad_id, tok.bos_id, tok.eos_id, indices).to(self.device)
+                key = (0, self.sampler.epoch, self.sampler.position, self.env.rank)
+                yield self.task.collate(examples, indices, key).to(self.device)
 
-    def train_step(self, batches: list[Batch]) -> tuple[float, float, int]:
+    def train_step(self, batches: list[Any]) -> tuple[float, float, int]:
         """One optimizer update over accumulated batches.
         Returns (loss sum, nll sum, target tokens) on this rank.
 
@@ -483,11 +471,11 @@ class Trainer:
         self.progress.step += 1
         return sums
 
-    def accumulate_gradients(self, batches: list[Batch]) -> tuple[float, float, int]:
+    def accumulate_gradients(self, batches: list[Any]) -> tuple[float, float, int]:
         """Backward over the batches; the loss is divided once by the total number of target tokens
         across batches and devices, so the gradient is that of the mean token loss of the group."""
         self.model.train()
-        n_tokens = sum(b.n_tgt_tokens for b in batches)
+        n_tokens = sum(self.task.count(b) for b in batches)
         global_tokens = all_reduce_sum(n_tokens, self.env, self.device)
         loss_sum = 0.0
         nll_sum = 0.0
@@ -498,7 +486,7 @@ class Trainer:
             if self.ddp is not None and not last:  # DDP averages gradients after the last batch
                 sync = self.ddp.no_sync()
             with sync, self.autocast:
-                loss, nll = loss_of(batch.src, batch.tgt[:, :-1], batch.tgt[:, 1:])
+                loss, nll = loss_of(*self.task.loss_inputs(batch))
             # DDP averages gradients over ranks, so scale by world size to get sum / global tokens
             (loss * (self.env.world_size / global_tokens)).backward()
             loss_sum += loss.item()
@@ -508,52 +496,30 @@ class Trainer:
     # --- validation ----------------------------------------------------------------------------
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Loss, perplexity and (if configured) greedy-decoding sacreBLEU on the validation set."""
+        """The loss (and perplexity) on the validation set, and the task's metrics (translation:
+        greedy-decoding sacreBLEU, if configured; classification: accuracy and macro-F1)."""
         self.model.eval()
-        d = self.data
-        tok = d.tokenizer
+        examples = self.task.valid_examples()
         loss_sum = 0.0
         nll_sum = 0.0
         n_tokens = 0
-        for indices in self.valid_batches:
-            pairs = [(d.valid_src[i], d.valid_tgt[i]) for i in indices]
-            batch = collate(pairs, tok.pad_id, tok.bos_id, tok.eos_id, indices).to(self.device)
+        for i, indices in enumerate(self.valid_batches):
+            batch = self.task.collate(examples, indices, (1, i)).to(self.device)
             with self.autocast:
-                loss, nll = self.loss(batch.src, batch.tgt[:, :-1], batch.tgt[:, 1:])
+                loss, nll = self.loss(*self.task.loss_inputs(batch))
             loss_sum += loss.item()
             nll_sum += nll.item()
-            n_tokens += batch.n_tgt_tokens
-        out = {
-            "valid_loss": loss_sum / n_tokens,
-            "valid_ppl": math.exp(min(nll_sum / n_tokens, 50.0)),
-        }
-        if self.cfg.valid_bleu and d.valid is not None:
-            out["valid_bleu"] = self._valid_bleu()
+            n_tokens += self.task.count(batch)
+        out = {"valid_loss": loss_sum / n_tokens}
+        if "valid_ppl" in self.task.metrics:
+            out["valid_ppl"] = math.exp(min(nll_sum / n_tokens, 50.0))
+        out.update(self.task.extra_metrics(self.model, self.valid_batches, self.device))
         return out
 
-    def _valid_bleu(self) -> float:
-        """sacreBLEU of the greedy translations of the first valid_max_sentences (default: all)
-        validation sentences, decoded in the validation batches."""
-        d = self.data
-        tok = d.tokenizer
-        assert d.valid is not None
-        k = self.cfg.valid_max_sentences or len(d.valid)
-        outputs: dict[int, list[int]] = {}
-        for indices in self.valid_batches:
-            rows = [i for i in indices if i < k]
-            if not rows:
-                continue
-            src = pad_sequences([[*d.valid_src[i], tok.eos_id] for i in rows], tok.pad_id)
-            max_len = torch.tensor([len(d.valid_src[i]) + DEFAULT_MAX_LEN_B for i in rows])
-            hyps = greedy(self.model, src.to(self.device), max_len.to(self.device))
-            outputs.update((i, h.tokens) for i, h in zip(rows, hyps, strict=True))
-        texts = tok.decode_tgt([outputs[i] for i in range(k)])
-        metric = BLEU(trg_lang=self.cfg.tgt_lang or "")
-        return metric.corpus_score(texts, [d.valid.tgt[:k]]).score
-
     def _improved(self, metrics: dict[str, float]) -> bool:
-        bleu = self.cfg.valid_metric == "bleu"
-        value = metrics["valid_bleu"] if bleu else -metrics["valid_loss"]  # higher is better
+        name = self.cfg.valid_metric
+        # higher is better
+        value = -metrics["valid_loss"] if name == "loss" else metrics[f"valid_{name}"]
         p = self.progress
         if not math.isfinite(value):  # NaN or inf is never the best
             return False
@@ -567,7 +533,7 @@ class Trainer:
         """Validate (if there is a validation set), keep the best model, save a step checkpoint.
         Returns True when early stopping says to stop."""
         p = self.progress
-        if self.data.valid is not None and self.data.valid_src:
+        if self.task.has_validation():
             metrics = self.validate() if self.env.is_main else {}
             if self.env.is_main and not math.isfinite(metrics["valid_loss"]):
                 self.progress.step -= 1  # _diverged names the step after the current one
@@ -612,12 +578,13 @@ class Trainer:
             recipe = yaml.safe_dump(self.cfg.to_dict(), sort_keys=False)
             atomic_write_text(self.out / "train_config.yaml", recipe)  # the recipe in effect
             if self.resumed:  # the top-level tokenizer again, from the checkpoint's
-                self.data.tokenizer.save(self.out)
-            n_params = f"{self.model.num_parameters():,}"
+                self.task.tokenizer.save(self.out)
+            n_params = f"{sum(p.numel() for p in self.model.parameters()):,}"
             log.info(
-                "model: %s parameters; %d training pairs; %d batches per epoch per device",
+                "model: %s parameters; %d %s; %d batches per epoch per device",
                 n_params,
-                len(self.data.train_src),
+                len(self.task.train_lengths()[1]),
+                self.task.noun,
                 len(self.sampler),
             )
         self.rng.apply()  # this rank's dropout stream, from where the checkpoint left it
@@ -639,7 +606,9 @@ class Trainer:
         return result
 
     def _open_log(self) -> TrainingLog:
-        return TrainingLog(self.out, self.step, self.cfg.tensorboard)
+        return TrainingLog(
+            self.out, self.step, self.cfg.tensorboard, log_fields(self.task.metrics)
+        )
 
     def _loop(self, training_log: TrainingLog | None) -> bool:
         """Updates until a limit; logs, validates and checkpoints on the way. Returns whether it
