@@ -73,7 +73,8 @@ def build_marian_dir(directory: Path, separate: bool) -> Path:
         vocab = _marian_vocab(_pieces(src_proto) + _pieces(tgt_proto) + LANGUAGE_TOKENS, size, seed=2)
     (directory / "vocab.json").write_text(json.dumps(vocab))
     tokenizer = transformers.MarianTokenizer(str(directory / "source.spm"), str(directory / "target.spm"),
-                                             str(directory / "vocab.json"), **kwargs)
+                                             str(directory / "vocab.json"), source_lang="en", target_lang="fr",
+                                             **kwargs)
     tokenizer.save_pretrained(directory)
     pad = size - 1
     config = transformers.MarianConfig(

@@ -29,7 +29,7 @@ from qkv.interop.marian import (  # noqa: E402
     marian_permutation,
 )
 from qkv.model.positions import sinusoid_table  # noqa: E402
-from qkv.modeldir import load_model_dir  # noqa: E402
+from qkv.modeldir import load_languages, load_model_dir  # noqa: E402
 
 PAD, BOS, EOS, V = 0, 2, 3, 96
 TEXTS = ["A man reads 3 newspapers in the park.", "Café crème, naïve façade: déjà vu!", "東京で2024年に会いましょう。",
@@ -159,6 +159,7 @@ def test_logits_and_greedy_ids_equal_marian(converted: tuple[Path, Path]) -> Non
     options = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=20)
     assert [t.tokens for t in translator.translate_detailed(texts, options)] == ours
     assert len(Translator.load(out, quantize="int8").translate(TEXTS)) == len(TEXTS)  # beam 4, int8
+    assert load_languages(out) == ("en", "fr")  # from tokenizer_config.json, for `qkv serve`
 
 
 def test_a_directory_that_is_not_marian_is_refused_in_one_line(marian_dir: Path, tmp_path: Path, capsys) -> None:
@@ -182,3 +183,17 @@ def convert_marian_config_of(marian_dir: Path, tmp_path: Path, **changes: Any) -
     config = json.loads((copy / "config.json").read_text())
     (copy / "config.json").write_text(json.dumps({**config, **changes}))
     convert_marian(copy, tmp_path / "copy-out")
+
+
+def test_weights_that_are_not_tensors_only_are_refused(marian_separate_dir: Path, tmp_path: Path) -> None:
+    """pytorch_model.bin is read with torch.load(weights_only=True): a pickle of anything else never runs."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(marian_separate_dir, copy)
+    torch.save({"weights": torch.ones(2), "code": Path("x")}, copy / "pytorch_model.bin")  # not tensors only
+    with pytest.raises(ValueError, match=r"cannot read the tensors of .*pytorch_model\.bin"):
+        convert_marian(copy, tmp_path / "out")
+    (copy / "pytorch_model.bin").write_bytes(b"truncated")
+    with pytest.raises(ValueError, match="cannot read the tensors"):
+        convert_marian(copy, tmp_path / "out")

@@ -42,6 +42,7 @@ configs carry (`normalize_before`, `normalize_embedding`, `add_final_layer_norm`
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -298,13 +299,20 @@ def _read_json(path: Path) -> Any:
 
 def read_marian_weights(directory: str | Path) -> dict[str, Tensor]:
     """The tensors of model.safetensors, else of pytorch_model.bin (tensors only: weights_only)."""
-    directory = Path(directory)
-    if (directory / "model.safetensors").is_file():
-        from safetensors.torch import load_file
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
 
-        return load_file(directory / "model.safetensors")
-    if (directory / "pytorch_model.bin").is_file():
-        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    directory = Path(directory)
+    path = directory / "model.safetensors"
+    try:
+        if path.is_file():
+            return load_file(path)
+        path = directory / "pytorch_model.bin"
+        if path.is_file():
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except (SafetensorError, pickle.UnpicklingError, RuntimeError, EOFError, IndexError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"cannot read the tensors of {path}: {reason}") from None
     raise ValueError(f"{directory} has no model.safetensors or pytorch_model.bin")
 
 
@@ -325,13 +333,21 @@ def _token(settings: dict[str, Any], name: str, default: str) -> str:
     return value["content"] if isinstance(value, dict) else value
 
 
+def _tokenizer_settings(directory: Path) -> dict[str, Any]:
+    """tokenizer_config.json (MarianTokenizer's settings), or {} without one."""
+    if not (directory / "tokenizer_config.json").is_file():
+        return {}
+    settings = _read_json(directory / "tokenizer_config.json")
+    if not isinstance(settings, dict):
+        raise ValueError(f"{directory / 'tokenizer_config.json'} must hold a JSON object")
+    return settings
+
+
 def marian_tokenizer(directory: str | Path, decoder_start_id: int) -> SubwordTokenizer:
     """A qkv tokenizer giving MarianTokenizer's ids: source.spm / target.spm over vocab.json (and
     target_vocab.json); bos is the piece of the decoder's start token."""
     directory = Path(directory)
-    settings = {}
-    if (directory / "tokenizer_config.json").is_file():
-        settings = _read_json(directory / "tokenizer_config.json")
+    settings = _tokenizer_settings(directory)
     src_pieces = _vocabulary(directory / "vocab.json")
     tgt_pieces = None
     if settings.get("separate_vocabs"):
@@ -363,7 +379,8 @@ def marian_tokenizer(directory: str | Path, decoder_start_id: int) -> SubwordTok
 
 def convert_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     """Write the qkv model directory of the Hugging Face Marian directory `src_dir` to `out_dir`
-    (see the module docstring); a ValueError names what cannot be imported."""
+    (see the module docstring), with the languages of tokenizer_config.json (source_lang,
+    target_lang) when it names both; a ValueError names what cannot be imported."""
     src_dir, out_dir = Path(src_dir), Path(out_dir)
     if not src_dir.is_dir():
         raise ValueError(f"{src_dir} is not a directory")
@@ -386,7 +403,13 @@ def convert_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
                 f"config.json has {key}={model_value}, but the vocabulary files say "
                 f"{vocabulary_value}"
             )
-    return save_model_dir(out_dir, model, tokenizer, imported_from=f"marian: {src_dir.name}")
+    settings = _tokenizer_settings(src_dir)
+    languages = {"src_lang": settings.get("source_lang"), "tgt_lang": settings.get("target_lang")}
+    if None in languages.values():  # recorded only when both are known
+        languages = {}
+    return save_model_dir(
+        out_dir, model, tokenizer, imported_from=f"marian: {src_dir.name}", **languages
+    )
 
 
 __all__ = [
