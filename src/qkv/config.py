@@ -20,6 +20,7 @@ POSITIONAL = ("sinusoidal", "learned", "rope", "relative", "alibi", "none")
 ATTENTION_SCORES = ("scaled_dot", "dot", "additive", "bilinear")
 ACTIVATIONS = ("relu", "gelu", "silu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
+POOLINGS = ("first", "mean")
 
 # Paper, Table 3: base = N 6, d_model 512, d_ff 2048, h 8, P_drop 0.1; big = 1024 / 4096 / 16 / 0.3.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -150,6 +151,10 @@ class TransformerConfig:
     share_embeddings: bool = True  # one embedding for source and target (needs a joint vocabulary)
     tie_output: bool = True  # target embedding = pre-softmax projection (paper 3.4)
     output_bias: bool = False  # a bias in the pre-softmax projection (Marian's final_logits_bias)
+    # encoder-only models (EncoderOnly): the classification head's classes and pooling ("first":
+    # the first token's state, BERT's [CLS]; "mean": the mean of the real tokens' states)
+    n_classes: int = 2
+    pooling: str = "first"
     # free-form notes (e.g. data recipe); unused
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -209,6 +214,8 @@ class TransformerConfig:
             f"activation={self.activation!r}; choose from {ACTIVATIONS}",
         )
         check(self.norm in NORMS, f"norm={self.norm!r}; choose from {NORMS}")
+        check(self.n_classes >= 1, f"n_classes must be positive, got {self.n_classes}")
+        check(self.pooling in POOLINGS, f"pooling={self.pooling!r}; choose from {POOLINGS}")
         check(self.attention_temperature > 0, "attention_temperature must be positive")
         check(
             self.positional != "rope" or self.d_head % 2 == 0,

@@ -6,6 +6,8 @@
     qkv demo [--out DIR]                          train on synthetic data and show the result
     qkv translate --model DIR [--input FILE]      translate lines (stdin or FILE) to stdout
     qkv evaluate --model DIR --src F --ref F      sacreBLEU BLEU and chrF (or --corpus NAME --pair)
+    qkv generate --model DIR [--prompt TEXT]      continue prompts with a language model (--task lm)
+    qkv classify --model DIR [--input FILE]       label lines with a classifier (--task classify)
     qkv serve --model DIR [--port 8000]           HTTP: LibreTranslate and native APIs, a page
     qkv convert marian SRC_DIR --out DIR         import an OPUS-MT / Marian model (its HF files)
     qkv export ctranslate2 DIR --out CT2_DIR     a model directory for CTranslate2 (--quantization)
@@ -554,6 +556,74 @@ def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from ..decode.options import MAX_OUTPUT_TOKENS
+    from .generate import GENERATE, Generator
+
+    if not 0 <= args.max_new_tokens <= MAX_OUTPUT_TOKENS:
+        raise ValueError(f"--max-new-tokens must be between 0 and {MAX_OUTPUT_TOKENS}")
+    options = GENERATE.replace(
+        max_len_b=args.max_new_tokens,
+        sampling=args.sampling,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+    check_device(args.device)
+    if args.prompt is not None and args.input is not None:
+        raise ValueError("give --prompt or --input, not both")
+    prompts = args.prompt if args.prompt is not None else _read_input_lines(args.input)
+    output = _Output()
+    generator = Generator.load(args.model, args.device)
+    output.write(generator.generate(prompts, options))
+    return 0
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    from .classify import Classifier
+
+    check_device(args.device)
+    lines = _read_input_lines(args.input)
+    output = _Output()
+    classifier = Classifier.load(args.model, args.device)
+    output.write(classifier.classify(lines))
+    return 0
+
+
+def _add_generate_and_classify(sub: argparse._SubParsersAction) -> None:
+    from .generate import GENERATE
+
+    p = sub.add_parser(
+        "generate",
+        help="continue prompts with a language model (qkv train --task lm), one line each",
+        description="One continuation per prompt (--prompt, repeatable, else the lines of --input "
+        "or stdin), greedy or sampled, decoded with the key/value cache.",
+    )
+    p.add_argument("--model", required=True, help="model directory of a decoder-only LM")
+    p.add_argument("--prompt", action="append", help="a prompt (give it again for more)")
+    p.add_argument("--input", help="UTF-8 file of prompts, one per line; default: stdin")
+    p.add_argument("--max-new-tokens", type=int, default=GENERATE.max_len_b)
+    p.add_argument("--sample", dest="sampling", action="store_true", help="sample, not greedy")
+    p.add_argument("--temperature", type=float, default=GENERATE.temperature)
+    p.add_argument("--top-k", type=int, default=GENERATE.top_k, help="0: all tokens")
+    p.add_argument("--top-p", type=float, default=GENERATE.top_p, help="1.0: all tokens")
+    p.add_argument(
+        "--seed", type=int, default=GENERATE.seed, help="sampling seed (default: 0)"
+    )
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser(
+        "classify",
+        help="label lines with a classifier (qkv train --task classify), one label per line",
+    )
+    p.add_argument("--model", required=True, help="model directory of a classifier")
+    p.add_argument("--input", help="UTF-8 text file (.gz allowed); default: stdin")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
+    p.set_defaults(func=cmd_classify)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qkv", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -564,7 +634,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "train",
-        help="train a translation model; extra --key value pairs override the config",
+        help="train a translation model (or --task lm, mlm, classify); extra --key value pairs "
+        "override the config",
         description="Train a model directory. Every TrainConfig key can be given as --key value "
         "(model keys as --model.KEY value); an unknown key is an error.",
     )
@@ -717,6 +788,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="weight type of the exported model (default: %(default)s)",
     )
     p.set_defaults(func=cmd_export)
+    _add_generate_and_classify(sub)
     return parser
 
 

@@ -25,6 +25,7 @@ from ..config import TransformerConfig
 from .attention import AttentionWeights
 from .cache import DecoderCache
 from .embedding import TokenEmbedding
+from .heads import ClassificationHead
 from .layers import DecoderLayer, EncoderLayer, make_norm
 from .masks import causal_mask, padding_mask
 from .positions import (
@@ -249,8 +250,12 @@ class Transformer(nn.Module):
 class EncoderOnly(nn.Module):
     """BERT-style encoder: hidden states, masked-token logits (tied embedding), class logits."""
 
-    def __init__(self, config: TransformerConfig, n_classes: int = 2) -> None:
+    def __init__(self, config: TransformerConfig, n_classes: int | None = None) -> None:
+        """n_classes: the classification head's size (default: config.n_classes, which records
+        it)."""
         super().__init__()
+        if n_classes is not None:
+            config = config.replace(n_classes=n_classes)
         cfg = self.config = config
         self.encoder = Encoder(
             cfg, TokenEmbedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
@@ -261,8 +266,7 @@ class EncoderOnly(nn.Module):
             make_norm(cfg.norm, cfg.d_model, cfg.norm_eps),
         )
         self.mlm_bias = nn.Parameter(torch.zeros(cfg.src_vocab_size))
-        self.pooler = nn.Linear(cfg.d_model, cfg.d_model)  # tanh(W h_[CLS]) as in BERT
-        self.classifier = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(cfg.d_model, n_classes))
+        self.head = ClassificationHead(cfg.d_model, cfg.n_classes, cfg.pooling, cfg.dropout)
         init_linear_weights(self)
 
     def forward(self, ids: Tensor, weights: AttentionWeights | None = None) -> Tensor:
@@ -272,13 +276,17 @@ class EncoderOnly(nn.Module):
 
     def masked_lm_logits(self, ids: Tensor) -> Tensor:
         """Logits over the vocabulary at every position (B, S, V), for masked-token prediction."""
-        h = self.mlm_transform(self.encoder(ids))
-        return F.linear(h, self.encoder.embedding.weight, self.mlm_bias)
+        return self.mlm_output(self.encoder(ids))
+
+    def mlm_output(self, hidden: Tensor) -> Tensor:
+        """Hidden states (..., D) -> vocabulary logits (..., V): the transform, then the tied
+        embedding matrix and a bias."""
+        return F.linear(self.mlm_transform(hidden), self.encoder.embedding.weight, self.mlm_bias)
 
     def classify(self, ids: Tensor) -> Tensor:
-        """Class logits (B, n_classes) from the first token's state (put a [CLS] id there)."""
-        pooled = torch.tanh(self.pooler(self.encoder(ids)[:, 0]))
-        return self.classifier(pooled)
+        """Class logits (B, n_classes), pooled as config.pooling says: the first token's state
+        (put a [CLS] id there; qkv uses bos) or the mean of the real tokens' states."""
+        return self.head(self.encoder(ids), ids != self.config.pad_id)
 
 
 class DecoderOnly(nn.Module):
