@@ -8,6 +8,7 @@
     qkv evaluate --model DIR --src F --ref F      sacreBLEU BLEU and chrF (or --corpus NAME --pair)
     qkv generate --model DIR [--prompt TEXT]      continue prompts with a language model (--task lm)
     qkv classify --model DIR [--input FILE]       label lines with a classifier (--task classify)
+    qkv figures --out docs/figures                the ideas of the paper as PNGs (docs/concepts.md)
     qkv serve --model DIR [--port 8000]           HTTP: LibreTranslate and native APIs, a page
     qkv convert marian SRC_DIR --out DIR         import an OPUS-MT / Marian model (its HF files)
     qkv export ctranslate2 DIR --out CT2_DIR     a model directory for CTranslate2 (--quantization)
@@ -135,6 +136,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"accuracy: {100 * result.accuracy:.1f}% exact match on {n} test numbers")
     try_it = f"echo '4 0 5 2' | qkv translate --model {result.out_dir}"
     print(f"model saved to {result.out_dir}  (try: {try_it})")
+    return 0
+
+
+def cmd_figures(args: argparse.Namespace) -> int:
+    from .figures import make_figures
+
+    paths = make_figures(args.out, small=args.small, demo_model=args.demo_model, only=args.only)
+    print(f"wrote {len(paths)} figures to {args.out}")
     return 0
 
 
@@ -670,6 +679,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="write into --out even if it is a non-empty directory that holds no demo run",
     )
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser(
+        "figures",
+        help="draw every idea of the paper as a PNG, from qkv's own modules (docs/concepts.md)",
+    )
+    p.add_argument("--out", required=True, help="folder for the PNG files (e.g. docs/figures)")
+    p.add_argument("--small", action="store_true", help="small sizes and a quick demo model")
+    p.add_argument(
+        "--demo-model", help="a model directory for the cross-attention figure (default: train one)"
+    )
+    p.add_argument("--only", nargs="+", metavar="NAME", help="draw only these figures")
+    p.set_defaults(func=cmd_figures)
 
     p = sub.add_parser("average", help="average the last N checkpoints of a training run")
     p.add_argument("--model", required=True, help="the training run's output directory")
