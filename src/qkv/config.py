@@ -21,6 +21,7 @@ ATTENTION_SCORES = ("scaled_dot", "dot", "additive", "bilinear")
 ACTIVATIONS = ("relu", "gelu", "silu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 POOLINGS = ("first", "mean")
+ARCHS = ("transformer", "rnn")
 
 # Paper, Table 3: base = N 6, d_model 512, d_ff 2048, h 8, P_drop 0.1; big = 1024 / 4096 / 16 / 0.3.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -122,6 +123,9 @@ class TransformerConfig:
     unk_id: int = 1
     bos_id: int = 2
     eos_id: int = 3
+    # "transformer"; "rnn": the GRU encoder-decoder with Bahdanau attention it is compared with
+    # (qkv.model.rnn; it reads d_model, the layer counts, dropout and the vocabulary)
+    arch: str = "transformer"
     # shape
     d_model: int = 512
     n_heads: int = 8
@@ -216,6 +220,15 @@ class TransformerConfig:
         check(self.norm in NORMS, f"norm={self.norm!r}; choose from {NORMS}")
         check(self.n_classes >= 1, f"n_classes must be positive, got {self.n_classes}")
         check(self.pooling in POOLINGS, f"pooling={self.pooling!r}; choose from {POOLINGS}")
+        check(self.arch in ARCHS, f"arch={self.arch!r}; choose from {ARCHS}")
+        check(
+            self.arch != "rnn" or self.d_model % 2 == 0,
+            f"arch 'rnn' needs an even d_model (two encoder directions), got {self.d_model}",
+        )
+        check(
+            self.arch != "rnn" or min(self.n_encoder_layers, self.n_decoder_layers) >= 1,
+            "arch 'rnn' needs at least one encoder and one decoder layer",
+        )
         check(self.attention_temperature > 0, "attention_temperature must be positive")
         check(
             self.positional != "rope" or self.d_head % 2 == 0,

@@ -32,6 +32,7 @@ from torch import nn
 from . import __version__
 from .config import TransformerConfig
 from .model import DecoderOnly, EncoderOnly, Transformer
+from .model.rnn import RNNSearch
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -45,6 +46,7 @@ ARCHITECTURES: dict[str, type[nn.Module]] = {
     "transformer": Transformer,
     "decoder_only": DecoderOnly,
     "encoder_only": EncoderOnly,
+    "rnn": RNNSearch,
 }
 
 PathLike = str | os.PathLike[str]

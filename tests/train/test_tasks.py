@@ -20,7 +20,9 @@ from qkv.apps.classify import Classifier
 from qkv.apps.cli import main
 from qkv.apps.generate import GENERATE, Generator
 from qkv.data.tokenizer import SubwordTokenizer
-from qkv.modeldir import load_config
+from qkv.decode.search import beam_search
+from qkv.model.rnn import RNNSearch
+from qkv.modeldir import load_config, load_model_dir
 from qkv.train import TrainConfig, Trainer
 from qkv.train.tasks import LanguageModelTask, TextData, accuracy_and_macro_f1, mask_tokens
 
@@ -267,6 +269,8 @@ def test_lm_mlm_and_classify_from_the_command_line(tmp_path: Path, capsys: pytes
     (["--task", "lm", "--train_src", "TSV", "--train_text", "TSV"], "reads corpus, train_text, valid_text, not "
                                                                       "train_src"),
     (["--task", "lm", "--train_text", "TSV", "--valid_metric", "bleu"], "task 'lm' chooses from ['loss']"),
+    (["--task", "lm", "--train_text", "TSV", "--model.arch", "rnn"], "is an encoder-decoder"),
+    (["--corpus", "synthetic", "--model.arch", "lstm"], "arch='lstm'; choose from"),
 ])
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
                                expected: str) -> None:
@@ -283,3 +287,20 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
     assert expected in lines[0].replace(str(tmp_path) + "/", "")
     assert not (tmp_path / "run").exists()  # a run that fails before its first checkpoint leaves nothing
+
+
+# --- the RNN baseline -----------------------------------------------------------------------------------------
+def test_the_rnn_is_trained_by_the_same_trainer_and_resumes_exactly(tmp_path: Path, recipe: Recipe) -> None:
+    """model.arch rnn: the translation task, its validation BLEU decoded by the same greedy search, exact resume,
+    and a model directory that loads back as the GRU encoder-decoder."""
+    cfg = {"synthetic_train": 120, "valid_bleu": True, "valid_metric": "bleu", "model": {"arch": "rnn"}}
+    result = Trainer(recipe(max_steps=6, **cfg), tmp_path / "full").train()
+    assert result.history and "valid_bleu" in result.history[-1]
+    Trainer(recipe(max_steps=3, **cfg), tmp_path / "split").train()
+    Trainer(recipe(max_steps=6, **cfg), tmp_path / "split", resume=True).train()
+    full, split = weights(tmp_path / "full", 6), weights(tmp_path / "split", 6)
+    assert all(torch.equal(full[name], split[name]) for name in full)
+    model = load_model_dir(tmp_path / "full")
+    assert isinstance(model, RNNSearch) and load_config(tmp_path / "full")[0] == "rnn"
+    src = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]])
+    assert [len(r) for r in beam_search(model, src, beam=3, nbest=2, max_len=5)] == [2, 2]

@@ -22,6 +22,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..model import DecoderOnly, EncoderOnly, Transformer
 from ..model.masks import padding_mask
+from ..model.rnn import RNNSearch
 
 
 def _sums(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
@@ -71,7 +72,8 @@ def label_smoothed_loss_from_hidden(
 
 
 class TranslationLoss(nn.Module):
-    """A Transformer's training objective: (src, tgt_in, tgt_out) -> (loss sum, NLL sum).
+    """An encoder-decoder's training objective (a Transformer, or the RNN of `model.arch: rnn`):
+    (src, tgt_in, tgt_out) -> (loss sum, NLL sum).
 
         memory = model.encode(src)                    # (B, S, D)
         hidden = model.decoder(tgt_in, memory)        # (B, T, D)
@@ -86,7 +88,10 @@ class TranslationLoss(nn.Module):
     """
 
     def __init__(
-        self, model: Transformer, label_smoothing: float = 0.1, chunk_tokens: int | None = None
+        self,
+        model: Transformer | RNNSearch,
+        label_smoothing: float = 0.1,
+        chunk_tokens: int | None = None,
     ) -> None:
         super().__init__()
         self.model = model

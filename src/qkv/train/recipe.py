@@ -202,7 +202,12 @@ class TrainConfig:
             f"subword_dropout must be in [0, 1), got {self.subword_dropout}",
         )
         self._check_data(check)
-        self.model_config(1000, 1000)  # model keys are checked now, not after the data preparation
+        # model keys are checked now, not after the data preparation
+        arch = self.model_config(1000, 1000).arch
+        check(
+            arch == "transformer" or self.task == "translate",
+            f"model.arch {arch!r} is an encoder-decoder: it trains on task 'translate'",
+        )
 
     def _check_data(self, check: Callable[[bool, str], None]) -> None:
         """The task's data keys are set, and no key of another task's data is."""

@@ -42,6 +42,7 @@ from ..data.text import load_labeled, load_text
 from ..data.tokenizer import SubwordTokenizer
 from ..decode.search import DEFAULT_MAX_LEN_B, greedy
 from ..model import DecoderOnly, EncoderOnly, Transformer
+from ..model.rnn import RNNSearch
 from ..modeldir import WEIGHTS_FILE, CheckpointError, load_config, load_weights
 from .loss import ClassificationLoss, LanguageModelLoss, MaskedLMLoss, TranslationLoss
 from .prepare import EncodedData, prepare_data, sample_segmentation, validation_split
@@ -191,9 +192,10 @@ class TranslationTask(Task):
     def count(self, batch: Batch) -> int:
         return batch.n_tgt_tokens
 
-    def build_model(self) -> Transformer:
+    def build_model(self) -> Transformer | RNNSearch:
         tok = self.tokenizer
-        return Transformer(self.cfg.model_config(tok.src_vocab_size, tok.tgt_vocab_size))
+        config = self.cfg.model_config(tok.src_vocab_size, tok.tgt_vocab_size)
+        return RNNSearch(config) if config.arch == "rnn" else Transformer(config)
 
     def loss_module(self, model: Any) -> nn.Module:
         return TranslationLoss(model, self.cfg.label_smoothing, self.cfg.loss_chunk_tokens)
