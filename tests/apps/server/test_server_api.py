@@ -198,12 +198,13 @@ def test_concurrent_requests_equal_the_same_requests_one_at_a_time(server: Serve
     requests = []
     for i in range(32):
         texts = [EN[(i + k) % len(EN)][: 10 + 3 * i % 40] for k in range(1 + i % 3)]
-        if i % 4 == 3:
-            requests.append(("/translate", {"q": texts if i % 8 == 3 else texts[0], "source": "en",
+        if i % 8 == 3:  # LibreTranslate: the server's options (beam 4, up to 50 more tokens)
+            requests.append(("/translate", {"q": texts if i % 16 == 3 else texts[0], "source": "en",
                                             "target": "zh", "api_key": KEY, "alternatives": i % 2}))
         else:
             requests.append(("/v1/translate", {"text": texts, "beam": [1, 4, 4][i % 3],
-                                               "nbest": 1 + (i % 3 == 2), "attention": i % 5 == 0}))
+                                               "nbest": 1 + (i % 3 == 2), "attention": i % 5 == 0,
+                                               "max_len_b": 8 + i % 7}))
 
     def send(request: tuple[str, dict]) -> dict:
         r = server.client.post(request[0], json=request[1], headers=AUTH)

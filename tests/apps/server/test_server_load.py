@@ -18,7 +18,7 @@ from qkv.apps.translator import Translator
 from qkv.decode.options import DecodeOptions
 from sentences import EN  # tests/sentences.py
 
-TIMEOUT = 3  # the server's --timeout, seconds
+TIMEOUT = 2  # the server's --timeout, seconds
 
 
 def slow(tokens: int, sentences: int, **fields: object) -> dict:
@@ -69,24 +69,22 @@ def test_a_request_over_the_time_limit_answers_504_and_is_abandoned(busy_server:
 
 
 def test_sigterm_answers_the_requests_in_flight(model_dir: Path) -> None:
-    request = slow(200, 6, beam=2)
-    expected = Translator.load(model_dir).translate(
-        request["text"], DecodeOptions(beam=2, min_len=200, max_len_b=200)
-    )
-    with running(model_dir, "--pair", PAIR) as server:
-        with ThreadPoolExecutor(1) as pool:
-            url = server.url + "/v1/translate"  # its own connection: stop() closes the client
-            answer = pool.submit(httpx.post, url, json=request, timeout=120)
-            for _ in range(600):  # until the request is in flight (this poll is the other one)
-                if _in_flight(server) >= 2 or answer.done():
-                    break
-                threading.Event().wait(0.05)
-            assert not answer.done(), "the request ended before SIGTERM: make it longer"
-            status = server.stop()
-            r = answer.result(timeout=120)
-        assert r.status_code == 200, r.text
-        assert [t["text"] for t in r.json()["translations"]] == expected
+    request = slow(120, 4, beam=2)
+    with running(model_dir, "--pair", PAIR) as server, ThreadPoolExecutor(1) as pool:
+        url = server.url + "/v1/translate"  # its own connection: stop() closes the client
+        answer = pool.submit(httpx.post, url, json=request, timeout=120)
+        for _ in range(2000):  # until the request is in flight (this poll is the other one)
+            if _in_flight(server) >= 2 or answer.done():
+                break
+        assert not answer.done(), "the request ended before SIGTERM: make it longer"
+        status = server.stop()
+        r = answer.result(timeout=120)
         assert status == 0, server.output()
+    assert r.status_code == 200, r.text
+    expected = Translator.load(model_dir).translate(
+        request["text"], DecodeOptions(beam=2, min_len=120, max_len_b=120)
+    )
+    assert [t["text"] for t in r.json()["translations"]] == expected
 
 
 def _in_flight(server: Server) -> float:

@@ -11,8 +11,9 @@ that arrive within `max_wait` seconds (up to about `collect_tokens` source token
 their sentences by language pair and decoding options, sorts each group by length, cuts it into
 batches of at most `batch_tokens` padded source tokens and decodes each batch with
 `Translator.translate_detailed`. Each request gets its own translations back, in its order. Greedy
-and beam search decode every row of a batch independently, so what a request gets does not depend
-on what else was in its batch.
+and beam search decode every row of a batch independently, so the translations a request gets do
+not depend on what else was in its batch (scores agree to float32 rounding: batched matrix products
+round differently for other shapes).
 
 A request whose caller gave up (`future.cancel()`, e.g. on a timeout) is skipped in the batches not
 yet decoded. The queue is bounded: `submit` raises QueueFull when `max_queue` requests wait.
