@@ -5,6 +5,7 @@
     qkv average --model DIR --last 10             average the last N checkpoints of a run
     qkv demo [--out DIR]                          train on synthetic data and show the result
     qkv translate --model DIR [--input FILE]      translate lines (stdin or FILE) to stdout
+    qkv attention --model DIR --out DIR TEXT      every attention map of a translation: JSON, PNGs
     qkv evaluate --model DIR --src F --ref F      sacreBLEU BLEU and chrF (or --corpus NAME --pair)
     qkv generate --model DIR [--prompt TEXT]      continue prompts with a language model (--task lm)
     qkv classify --model DIR [--input FILE]       label lines with a classifier (--task classify)
@@ -32,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..config import PRESETS, TransformerConfig
+from ..decode.alignment import format_alignment
 from ..decode.options import DecodeOptions
 from .translator import (
     DEFAULT_BATCH_TOKENS,
@@ -286,7 +288,11 @@ def _translate_lines(
     start = time.perf_counter()
     results: list[Translation] = []
     stream = translator.translate_stream(
-        lines, options, batch_tokens=args.batch_tokens, workers=args.workers
+        lines,
+        options,
+        alignment=getattr(args, "alignment", False),
+        batch_tokens=args.batch_tokens,
+        workers=args.workers,
     )
     try:
         for i, r in enumerate(stream):
@@ -295,6 +301,8 @@ def _translate_lines(
                 continue
             if options.nbest > 1:  # Moses n-best format: "line index ||| translation ||| score"
                 output.write([f"{i} ||| {text} ||| {score:.4f}" for text, score in r.nbest])
+            elif r.alignment is not None:  # --alignment: "translation<TAB>0-0 1-2 2-1"
+                output.write([f"{r.text}\t{format_alignment(r.alignment)}"])
             else:
                 output.write([r.text])
     except KeyboardInterrupt:
@@ -310,11 +318,44 @@ def _translate_lines(
 
 def cmd_translate(args: argparse.Namespace) -> int:
     options = decode_options(args)
+    if args.alignment and options.nbest > 1:
+        raise ValueError("--alignment writes the best translation's alignment; use --nbest 1")
     check_device(args.device)
     lines = _read_input_lines(args.input)
     output = _Output()
     translator = _load_translator(args)
     _translate_lines(args, translator, lines, options, output)
+    return 0
+
+
+def cmd_attention(args: argparse.Namespace) -> int:
+    import warnings
+
+    from .attention import write_attention
+
+    options = decode_options(args)
+    if len(args.model) > 1:
+        raise ValueError("attention weights come from one model; give --model once")
+    if bool(args.sentences) == bool(args.input):
+        raise ValueError('give the sentences as arguments ("a source sentence") or --input FILE')
+    check_device(args.device)
+    texts = args.sentences or _read_lines(args.input)
+    translator = _load_translator(args)
+    with warnings.catch_warnings(record=True) as caught:  # each warning once, on one line
+        warnings.simplefilter("always")
+        paths = write_attention(
+            translator,
+            texts,
+            args.out,
+            options,
+            batch_tokens=args.batch_tokens,
+            workers=args.workers,
+        )
+    shown = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    for message in dict.fromkeys(shown):
+        _error_line(f"qkv attention: warning: {message}")
+    n_png = sum(p.suffix == ".png" for p in paths)
+    print(f"wrote {paths[0]} and {n_png} heatmaps to {args.out}")
     return 0
 
 
@@ -749,7 +790,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.seed,
         help="random seed for --sample (default: %(default)s)",
     )
+    p.add_argument(
+        "--alignment",
+        action="store_true",
+        help="after a tab, the hard word alignment of each translation from the last layer's "
+        "cross-attention: 'src-tgt' pairs of 0-based whitespace words (fast_align / Marian)",
+    )
     p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser(
+        "attention",
+        help="translate and write every attention map: attention.json and PNG heatmaps",
+        description="Translate each sentence, then write the attention weights of every layer "
+        "and head (encoder self-attention, decoder self-attention, cross-attention) to "
+        "OUT/attention.json and draw them as PNG heatmaps with the tokens as labels. With "
+        "several sentences, attention.json holds a list and each sentence's PNGs lie in OUT/N/. "
+        "The format: `qkv.apps.attention`.",
+    )
+    _add_decoding_arguments(p)
+    p.add_argument("sentences", nargs="*", help="source sentences (or --input FILE)")
+    p.add_argument("--input", help="UTF-8 text file (.gz allowed), one sentence per line")
+    p.add_argument("--out", required=True, help="folder for attention.json and the PNGs")
+    p.set_defaults(func=cmd_attention)
 
     p = sub.add_parser(
         "evaluate",

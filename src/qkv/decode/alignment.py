@@ -3,10 +3,11 @@
     qkv translate --alignment    ->  "translation<TAB>0-0 1-2 2-1"   (source word - target word)
 
 The pairs use the format of fast_align and Marian (Pharaoh: 0-based word indices, `src-tgt`, in
-target word order). Words are whitespace-separated words, as users count them: the SentencePiece
-pieces of a word are the piece that starts it, marked "▁" (a space before it), and the pieces that
-follow until the next such mark. Text written without spaces (Chinese, Japanese) is one word per
-run of characters between spaces; segment it first (as for fast_align) to align its words.
+target word order). Words are whitespace-separated words, as users count them, not subwords: the
+SentencePiece pieces, joined with their "▁" read as spaces, split on the spaces; a word's pieces are
+the one that starts it (marked "▁") and those that follow until the next mark. Text written without
+spaces (Chinese, Japanese) is one word per run of characters between spaces; segment it first (as
+for fast_align) to align its words.
 
 The algorithm, on an attention matrix A (T, S) whose rows are the target pieces and whose columns
 are the source pieces (eos excluded on both sides):
@@ -28,14 +29,22 @@ WORD_START = "\u2581"  # "▁": SentencePiece's mark of a piece that follows a s
 
 
 def word_index(pieces: list[str]) -> list[int]:
-    """The word (0-based) of each piece: a piece starting with "▁" starts a new word, and so does
-    the first piece."""
-    words, current = [], -1
-    for position, piece in enumerate(pieces):
-        if position == 0 or piece.startswith(WORD_START):
+    """The word (0-based) of each piece: the pieces joined, "▁" read as a space, split on spaces.
+
+    A piece belongs to the word of its first other character: one that starts with "▁" (or comes
+    first, or after a space) starts a new word; a piece of "▁" alone goes with the word after it."""
+    words, current, in_word, spaces = [], -1, False, 0  # spaces: pieces waiting for their word
+    for piece in pieces:
+        text = piece.replace(WORD_START, " ")
+        if not text.strip():
+            spaces += 1
+            in_word = False
+            continue
+        if text[0] == " " or not in_word:
             current += 1
-        words.append(current)
-    return words
+        words += [current] * (spaces + 1)
+        spaces, in_word = 0, text[-1] != " "
+    return words + [max(current, 0)] * spaces  # trailing spaces: with the last word
 
 
 def word_attention(attention: Tensor, source_pieces: list[str], target_pieces: list[str]) -> Tensor:

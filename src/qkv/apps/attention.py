@@ -1,0 +1,141 @@
+"""`qkv attention`: every attention map of a translation, as JSON and as heatmaps.
+
+    qkv attention --model DIR --out OUTDIR "a source sentence"
+    qkv attention --model DIR --out OUTDIR --input FILE            # one sentence per line
+
+Each sentence is translated (the search options of `qkv translate`), then the attention weights of
+every layer and head are computed by one teacher-forced pass over the best translation
+(`qkv.decode.search.attention_weights`) and written to OUTDIR:
+
+attention.json, for each sentence:
+    source, translation     the texts
+    source_tokens           the S subword pieces the encoder read, eos ("</s>") included
+    target_tokens           the T pieces the decoder wrote, eos included: position t wrote token t
+    target_input_tokens     the T pieces the decoder read: bos ("<s>"), then target_tokens[:-1]
+    encoder                 [layer][head][source][source]
+    decoder                 [layer][head][target][target]   (row t is 0 after column t: causal)
+    cross                   [layer][head][target][source]
+    Rows are queries, columns keys; a row sums to 1 over the keys it may attend to. Layer and head
+    n of the figures are index n - 1 of the lists.
+PNG heatmaps, tokens as tick labels (rows: target_tokens, or source_tokens for the encoder):
+    cross_layers.png, encoder_layers.png, decoder_layers.png    one panel per layer, heads averaged
+    cross_layer{n}_heads.png, ... (n = 1 .. layers)             every head of layer n
+
+One sentence: attention.json holds its object and the PNGs lie in OUTDIR. Several: attention.json
+holds the list of their objects, in input order, and the PNGs of sentence i lie in OUTDIR/i/
+(i = 1, 2, ...). An empty line has empty token lists and maps, and no PNGs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from ..decode.options import DecodeOptions
+from ..model import AttentionWeights
+from ..modeldir import atomic_write_text
+from .plots import grid
+from .translator import DEFAULT_BATCH_TOKENS, Translation, Translator
+
+JSON_FILE = "attention.json"
+DECIMALS = 6  # weights are written rounded to this many decimals
+KINDS = {  # name -> figure title
+    "cross": "cross-attention (rows: target, columns: source)",
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention (rows: written, columns: read)",
+}
+
+
+def write_attention(
+    translator: Translator,
+    texts: Sequence[str],
+    out_dir: str | os.PathLike[str],
+    options: DecodeOptions | None = None,
+    *,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    workers: int = 1,
+) -> list[Path]:
+    """Translate `texts` and write their attention maps (JSON and PNGs) into `out_dir`, as the
+    module docstring says. Returns the paths written, attention.json first."""
+    texts = list(texts)
+    if not texts:
+        raise ValueError("no sentences given: nothing to show the attention of")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    translations = translator.translate_detailed(
+        texts, options, attention_maps=True, batch_tokens=batch_tokens, workers=workers
+    )
+    bos = translator.tokenizer.tgt_sp.id_to_piece(translator.tokenizer.bos_id)
+    records = [attention_record(s, t, bos) for s, t in zip(texts, translations, strict=True)]
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / JSON_FILE
+    document = records[0] if len(records) == 1 else records
+    atomic_write_text(json_path, json.dumps(document, ensure_ascii=False) + "\n")
+    paths = [json_path]
+    for i, (record, t) in enumerate(zip(records, translations, strict=True), start=1):
+        folder = out if len(records) == 1 else out / str(i)
+        if t.attention_maps is not None:
+            paths += plot_maps(t.attention_maps, record, folder)
+    return paths
+
+
+def attention_record(text: str, translation: Translation, bos: str = "<s>") -> dict[str, Any]:
+    """The JSON object of one sentence (see the module docstring) from its Translation, which
+    carries attention_maps and tokens."""
+    source_tokens = translation.source_tokens or []
+    target_tokens = translation.target_tokens or []
+    maps = translation.attention_maps or AttentionWeights()
+
+    def rounded(layers: list[Tensor]) -> list[Any]:
+        return [w.double().round(decimals=DECIMALS).tolist() for w in layers]  # (H, T_q, T_k)
+
+    return {
+        "source": text,
+        "translation": translation.text,
+        "source_tokens": source_tokens,
+        "target_tokens": target_tokens,
+        "target_input_tokens": [bos, *target_tokens[:-1]] if target_tokens else [],
+        "encoder": rounded(maps.encoder),
+        "decoder": rounded(maps.decoder),
+        "cross": rounded(maps.cross),
+    }
+
+
+def plot_maps(maps: AttentionWeights, record: dict[str, Any], folder: Path) -> list[Path]:
+    """The PNG heatmaps of one sentence's maps, labelled with the tokens of its record."""
+    folder.mkdir(parents=True, exist_ok=True)
+    labels = {  # kind -> (x labels: keys, y labels: queries)
+        "cross": (record["source_tokens"], record["target_tokens"]),
+        "encoder": (record["source_tokens"], record["source_tokens"]),
+        "decoder": (record["target_input_tokens"], record["target_tokens"]),
+    }
+    paths = []
+    for kind, title in KINDS.items():
+        layers: list[Tensor] = getattr(maps, kind)
+        if not layers:
+            continue
+        x, y = labels[kind]
+        averaged = [w.mean(dim=0).numpy() for w in layers]  # (T_q, T_k) per layer
+        names = [f"layer {n}" for n in range(1, len(layers) + 1)]
+        figure = grid(averaged, x, y, names, suptitle=f"{title}, heads averaged")
+        paths.append(_save(figure, folder / f"{kind}_layers.png"))
+        for n, w in enumerate(layers, start=1):
+            heads = [f"head {h}" for h in range(1, w.size(0) + 1)]
+            figure = grid(list(w.numpy()), x, y, heads, suptitle=f"{title}, layer {n}")
+            paths.append(_save(figure, folder / f"{kind}_layer{n}_heads.png"))
+    return paths
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    figure.savefig(path, dpi=100)
+    return path
+
+
+__all__ = ["attention_record", "plot_maps", "write_attention"]
