@@ -7,9 +7,11 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.error import HTTPError
 
 import httpx
 import pytest
+from libretranslatepy import LibreTranslateAPI
 from server_process import KEY, Server
 
 from qkv.apps.translator import Translator
@@ -70,6 +72,18 @@ def test_libretranslate_form_bodies(server: Server, translator: Translator) -> N
     assert urlencoded.json() == {"translatedText": expected.text, "alternatives": [expected.nbest[1][0]]}
     multipart = server.client.post("/translate", data=fields, files={"unused": ("a.txt", b"x")})
     assert multipart.json() == urlencoded.json()
+
+
+def test_libretranslates_own_python_client_works_unchanged(
+    server: Server, translator: Translator
+) -> None:
+    """libretranslatepy, the client LibreTranslate's authors publish (form bodies through urllib)."""
+    client = LibreTranslateAPI(server.url, api_key=KEY)
+    assert client.translate(EN[4], "en", "zh", timeout=60) == translator.translate([EN[4]])[0]
+    assert client.languages(timeout=60) == [{"code": "en", "name": "English", "targets": ["zh"]}]
+    with pytest.raises(HTTPError) as refused:
+        LibreTranslateAPI(server.url).translate(EN[4], "en", "zh", timeout=60)
+    assert refused.value.code == 403
 
 
 def test_source_auto_picks_the_one_pair_into_the_target(server: Server, translator: Translator) -> None:
