@@ -162,7 +162,9 @@ def grid(
         columns = min(range(1, max(n, 1) + 1), key=lambda c: _layout_cost(n, c, width / height))
     columns = max(1, min(columns, n))
     rows = math.ceil(n / columns)
-    fig = Figure(figsize=(columns * width, rows * height), layout="constrained")
+    # the colour bar takes about an inch; a title needs room for its width
+    fig_width = max(columns * width + 1.0, 0.09 * len(suptitle or ""))
+    fig = Figure(figsize=(fig_width, rows * height), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False)
     top = max((float(np.max(m)) for m in matrices if np.size(m)), default=1.0)
     for k, (ax, matrix, title) in enumerate(zip(axes.flat, matrices, titles, strict=False)):
@@ -176,7 +178,7 @@ def grid(
     if n:
         fig.colorbar(image, ax=axes, shrink=0.6)
     if suptitle is not None:
-        fig.suptitle(suptitle)
+        fig.suptitle(suptitle, fontsize=11)
     return fig
 
 
