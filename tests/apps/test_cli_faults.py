@@ -7,6 +7,7 @@ In-process through `main([...])`, except where a real pipe or a full device is t
 from __future__ import annotations
 
 import errno
+import gzip
 import io
 import os
 import shutil
@@ -289,3 +290,29 @@ def test_a_full_device_is_one_line_as_a_process(model_dir: Path, tmp_path: Path)
         done = _run_process(model_dir, tmp_path, full.fileno())
     assert done.returncode == 2
     assert done.stderr.decode() == "qkv translate: error: cannot write to standard output: No space left on device\n"
+
+
+def test_evaluate_downloads_a_missing_named_split_when_asked(model_dir: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22, item 16: the missing-data message offers --download, and `qkv evaluate` has it."""
+    from qkv.data import named
+
+    argv = ["evaluate", "--model", str(model_dir), "--corpus", "multi30k", "--pair", "en-de",
+            "--split", "val", "--data-dir", str(tmp_path), *FAST]
+    assert run(argv) == 2
+    assert "--download" in one_error_line(capsys.readouterr().err, "evaluate")
+    fetched = []
+
+    def fake_download(url: str, dest: Path, sha256: str) -> Path:  # the network, replaced
+        fetched.append(Path(dest).relative_to(tmp_path).as_posix())
+        lines = EN[:2] if "tok/" in url or ".en" in url else ["Ein Hund.", "Eine Katze."]
+        data = "".join(f"{line}\n" for line in lines).encode()
+        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        Path(dest).write_bytes(gzip.compress(data) if str(dest).endswith(".gz") else data)
+        return Path(dest)
+
+    monkeypatch.setattr(named, "download", fake_download)
+    assert run([*argv, "--download"]) == 0
+    assert fetched == ["multi30k/val.en.gz", "multi30k/val.de.gz", "multi30k/tok/val.lc.norm.tok.de"]
+    assert "BLEU" in capsys.readouterr().out

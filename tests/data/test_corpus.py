@@ -1,5 +1,6 @@
 """Reading, aligning and cleaning parallel text, and the error messages users see when their data is bad."""
 
+import codecs
 import gzip
 from pathlib import Path
 
@@ -143,3 +144,14 @@ def test_clean_report_summary():
 def test_clean_rejects_bad_limits(kwargs, message):
     with pytest.raises(DataError, match=message):
         clean(CORPUS, **kwargs)
+
+
+def test_read_lines_drops_a_byte_order_mark_at_the_start_only(tmp_path):
+    """Issue 22, item 10: a UTF-8 BOM (as Windows editors write it) is not part of the first
+    sentence; the same character later in the file is text and stays."""
+    path = tmp_path / "bom.txt"
+    path.write_bytes(codecs.BOM_UTF8 + "Ein Hund.\n\ufeffzwei\n".encode())
+    assert read_lines(path) == ["Ein Hund.", "\ufeffzwei"]
+    gz = tmp_path / "bom.txt.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert read_lines(gz) == ["Ein Hund.", "\ufeffzwei"]

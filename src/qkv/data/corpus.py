@@ -6,6 +6,7 @@ target. Everything here works on plain Python strings; tokenization happens late
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import os
 import zlib
@@ -23,9 +24,9 @@ class DataError(ValueError):
 def read_lines(path: StrPath) -> list[str]:
     """Read a UTF-8 text file (gzip-compressed if its name ends in `.gz`) into a list of lines.
 
-    Only the line terminator ("\\n" or "\\r\\n") is removed; other whitespace is kept as is. Lines
-    are split on "\\n" alone, so characters such as U+2028 inside a sentence never break the
-    alignment.
+    Only the line terminator ("\\n" or "\\r\\n") and a UTF-8 byte order mark at the start of the
+    file are removed; other whitespace is kept as is. Lines are split on "\\n" alone, so
+    characters such as U+2028 inside a sentence never break the alignment.
     """
     path = Path(path)
     if not path.is_file():
@@ -35,6 +36,8 @@ def read_lines(path: StrPath) -> list[str]:
     try:
         with opener(path, "rb") as f:
             for number, raw in enumerate(f, start=1):
+                if number == 1:
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
                 lines.append(_decode(raw.rstrip(b"\n").removesuffix(b"\r"), path, number))
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise DataError(f"{path}: not a valid gzip file ({e})") from None
