@@ -376,10 +376,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if args.src or args.ref or src_lang is None or tgt_lang is None:
             raise ValueError("--corpus needs --pair SRC-TGT (e.g. en-de) and no --src/--ref")
         split = args.split or get_corpus(args.corpus).splits[-1]
-        src, ref = named_paths(args.corpus, split, src_lang, tgt_lang, args.data_dir)
+        src, ref = named_paths(
+            args.corpus, split, src_lang, tgt_lang, args.data_dir, args.download
+        )
         if tok_ref is None and split in get_corpus(args.corpus).tok_splits:
             try:
-                tok_ref = tokenized_reference_path(args.corpus, split, tgt_lang, args.data_dir)
+                tok_ref = tokenized_reference_path(
+                    args.corpus, split, tgt_lang, args.data_dir, args.download
+                )
             except DataError as e:
                 logging.getLogger("qkv").warning(f"no tokenized lowercase BLEU: {e}")
     elif args.src and args.ref:
@@ -833,6 +837,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--data-dir",
         help="folder holding the named corpora (default: $QKV_DATA_DIR, else the cache)",
+    )
+    p.add_argument(
+        "--download",
+        action="store_true",
+        help="fetch a missing --corpus split (checked by sha256) into --data-dir",
     )
     p.add_argument(
         "--lang", help="target language for BLEU tokenization (default: the target of --pair)"
