@@ -265,6 +265,7 @@ def test_lm_mlm_and_classify_from_the_command_line(tmp_path: Path, capsys: pytes
     (["--task", "lm", "--train_text", "EMPTY"], "no text in"),
     (["--task", "classify", "--train_tsv", "NOLABEL"], "nolabel.tsv:2: expected text<TAB>label, found no tab"),
     (["--task", "classify", "--train_tsv", "ONELABEL"], "a classifier needs two or more"),
+    (["--task", "classify", "--train_tsv", "NOTEXT"], "notext.tsv:1: the text is empty"),
     (["--task", "classify", "--train_tsv", "TSV", "--valid_tsv", "UNSEEN"], "labels that"),
     (["--task", "lm", "--train_src", "TSV", "--train_text", "TSV"], "reads corpus, train_text, valid_text, not "
                                                                       "train_src"),
@@ -278,6 +279,7 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
         "EMPTY": write_lines(tmp_path / "empty.txt", ["", "  "]),
         "NOLABEL": write_lines(tmp_path / "nolabel.tsv", ["a dog\tdog", "a cat"]),
         "ONELABEL": write_lines(tmp_path / "one.tsv", ["a dog\tdog", "the dog\tdog"]),
+        "NOTEXT": write_lines(tmp_path / "notext.tsv", [" \tdog", "a cat\tcat"]),
         "TSV": write_lines(tmp_path / "c.tsv", ["a dog\tdog", "a cat\tcat"]),
         "UNSEEN": write_lines(tmp_path / "u.tsv", ["a cow\tcow"]),
     }
