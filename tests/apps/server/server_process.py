@@ -19,8 +19,11 @@ from pathlib import Path
 
 import httpx
 
+from qkv.decode.options import DecodeOptions
+
 KEY = "test-key"
 PAIR = "en-zh"  # the tiny model of tests/apps/conftest.py: English and Chinese subwords
+SERVED = DecodeOptions(beam=2, max_len_b=12)  # the shared server's defaults: short outputs
 STARTUP_SECONDS = 120  # importing torch and loading the model, on a busy CI machine
 
 

@@ -12,10 +12,9 @@ from urllib.error import HTTPError
 import httpx
 import pytest
 from libretranslatepy import LibreTranslateAPI
-from server_process import KEY, Server
+from server_process import KEY, SERVED, Server
 
 from qkv.apps.translator import Translator
-from qkv.decode.options import DecodeOptions
 from sentences import EN  # tests/sentences.py
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -42,7 +41,7 @@ def test_languages_lists_the_pair(server: Server) -> None:
 
 
 def test_libretranslate_string_and_list_q_equal_the_translator(server: Server, translator: Translator) -> None:
-    expected = translator.translate_detailed(EN[:3], DecodeOptions())
+    expected = translator.translate_detailed(EN[:3], SERVED)
     one = lt(server, q=EN[0], format="text")
     assert one.status_code == 200, one.text
     assert one.json() == {"translatedText": expected[0].text}
@@ -51,7 +50,7 @@ def test_libretranslate_string_and_list_q_equal_the_translator(server: Server, t
 
 
 def test_libretranslate_alternatives_are_the_nbest(server: Server, translator: Translator) -> None:
-    [t] = translator.translate_detailed([EN[1]], DecodeOptions(nbest=3))
+    [t] = translator.translate_detailed([EN[1]], SERVED.replace(beam=3, nbest=3))
     r = lt(server, q=EN[1], alternatives=2)
     assert r.json() == {"translatedText": t.text, "alternatives": [t.nbest[1][0], t.nbest[2][0]]}
     r = lt(server, q=[EN[1]], alternatives=2)
@@ -59,13 +58,13 @@ def test_libretranslate_alternatives_are_the_nbest(server: Server, translator: T
 
 
 def test_libretranslate_lines_are_sentences(server: Server, translator: Translator) -> None:
-    expected = translator.translate(EN[:2], DecodeOptions())
+    expected = translator.translate(EN[:2], SERVED)
     r = lt(server, q=f"{EN[0]}\n{EN[1]}")
     assert r.json()["translatedText"] == "\n".join(expected)
 
 
 def test_libretranslate_form_bodies(server: Server, translator: Translator) -> None:
-    expected = translator.translate_detailed([EN[2]], DecodeOptions(nbest=2))[0]
+    expected = translator.translate_detailed([EN[2]], SERVED.replace(nbest=2))[0]
     fields = {"q": EN[2], "source": "en", "target": "zh", "api_key": KEY, "alternatives": "1"}
     urlencoded = server.client.post("/translate", data=fields)
     assert urlencoded.status_code == 200, urlencoded.text
@@ -79,7 +78,7 @@ def test_libretranslates_own_python_client_works_unchanged(
 ) -> None:
     """libretranslatepy, the client LibreTranslate's authors publish (form bodies through urllib)."""
     client = LibreTranslateAPI(server.url, api_key=KEY)
-    assert client.translate(EN[4], "en", "zh", timeout=60) == translator.translate([EN[4]])[0]
+    assert client.translate(EN[4], "en", "zh", timeout=60) == translator.translate([EN[4]], SERVED)[0]
     assert client.languages(timeout=60) == [{"code": "en", "name": "English", "targets": ["zh"]}]
     with pytest.raises(HTTPError) as refused:
         LibreTranslateAPI(server.url).translate(EN[4], "en", "zh", timeout=60)
@@ -88,14 +87,14 @@ def test_libretranslates_own_python_client_works_unchanged(
 
 def test_source_auto_picks_the_one_pair_into_the_target(server: Server, translator: Translator) -> None:
     r = lt(server, q=EN[3], source="auto")
-    assert r.json() == {"translatedText": translator.translate([EN[3]])[0],
+    assert r.json() == {"translatedText": translator.translate([EN[3]], SERVED)[0],
                         "detectedLanguage": {"confidence": 100.0, "language": "en"}}
 
 
 def test_native_equals_translate_detailed(server: Server, translator: Translator) -> None:
     """Texts, scores, n-best, tokens, attention and alignment: the numbers of the translator."""
     texts = [EN[4], EN[5], ""]
-    options = DecodeOptions(beam=3, alpha=1.0, nbest=2)
+    options = SERVED.replace(beam=3, alpha=1.0, nbest=2)
     expected = translator.translate_detailed(texts, options, attention=True, alignment=True)
     r = native(server, text=texts, beam=3, alpha=1.0, nbest=2, attention=True, alignment=True)
     assert r.status_code == 200, r.text
@@ -115,7 +114,7 @@ def test_native_equals_translate_detailed(server: Server, translator: Translator
 
 
 def test_native_plain_request_has_no_attention(server: Server, translator: Translator) -> None:
-    [want] = translator.translate_detailed([EN[6]], DecodeOptions(beam=1))
+    [want] = translator.translate_detailed([EN[6]], SERVED.replace(beam=1))
     body = native(server, text=EN[6], beam=1).json()
     assert body["translations"] == [{"text": want.text, "score": want.score,
                                      "nbest": [{"text": want.text, "score": want.score}]}]
@@ -212,13 +211,13 @@ def test_concurrent_requests_equal_the_same_requests_one_at_a_time(server: Serve
     requests = []
     for i in range(32):
         texts = [EN[(i + k) % len(EN)][: 10 + 3 * i % 40] for k in range(1 + i % 3)]
-        if i % 8 == 3:  # LibreTranslate: the server's options (beam 4, up to 50 more tokens)
+        if i % 8 == 3:  # LibreTranslate: the server's options
             requests.append(("/translate", {"q": texts if i % 16 == 3 else texts[0], "source": "en",
                                             "target": "zh", "api_key": KEY, "alternatives": i % 2}))
         else:
             requests.append(("/v1/translate", {"text": texts, "beam": [1, 4, 4][i % 3],
                                                "nbest": 1 + (i % 3 == 2), "attention": i % 5 == 0,
-                                               "max_len_b": 8 + i % 7}))
+                                               "max_len_b": 6 + i % 7}))
 
     def send(request: tuple[str, dict]) -> dict:
         r = server.client.post(request[0], json=request[1], headers=AUTH)

@@ -69,7 +69,7 @@ def test_a_request_over_the_time_limit_answers_504_and_is_abandoned(busy_server:
 
 
 def test_sigterm_answers_the_requests_in_flight(model_dir: Path) -> None:
-    request = slow(120, 4, beam=2)
+    request = slow(100, 3, beam=2)
     with running(model_dir, "--pair", PAIR) as server, ThreadPoolExecutor(1) as pool:
         url = server.url + "/v1/translate"  # its own connection: stop() closes the client
         answer = pool.submit(httpx.post, url, json=request, timeout=120)
@@ -82,7 +82,7 @@ def test_sigterm_answers_the_requests_in_flight(model_dir: Path) -> None:
         assert status == 0, server.output()
     assert r.status_code == 200, r.text
     expected = Translator.load(model_dir).translate(
-        request["text"], DecodeOptions(beam=2, min_len=120, max_len_b=120)
+        request["text"], DecodeOptions(beam=2, min_len=100, max_len_b=100)
     )
     assert [t["text"] for t in r.json()["translations"]] == expected
 

@@ -41,7 +41,7 @@ def test_type_translate_hover_and_highlight(server: Server, browser, tmp_path: P
     text = f"{EN[0]}\n{EN[1]}"
     expected = server.client.post(
         "/v1/translate",
-        json={"text": [EN[0], EN[1]], "nbest": 3, "attention": True},
+        json={"text": [EN[0], EN[1]], "nbest": 2, "attention": True},  # the page's defaults
         headers={"Authorization": f"Bearer {KEY}"},
     ).json()["translations"]
     page = browser.new_page(viewport={"width": 1100, "height": 900})
