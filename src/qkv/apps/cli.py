@@ -428,7 +428,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server import Limits, create_app, load_models, serve
     from .server.run import bind, warm_up
 
-    options = DecodeOptions(beam=args.beam, alpha=args.alpha)
+    options = DecodeOptions(
+        beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b
+    )
     limits = Limits(
         max_body_bytes=args.max_body_bytes,
         max_chars=args.max_chars,
@@ -491,6 +493,18 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam", type=int, default=defaults.beam, help="default beam (%(default)s)")
     p.add_argument(
         "--alpha", type=float, default=defaults.alpha, help="default length penalty (%(default)s)"
+    )
+    p.add_argument(
+        "--max-len-a",
+        type=float,
+        default=defaults.max_len_a,
+        help="default output limit: a * source tokens + b (a: %(default)s)",
+    )
+    p.add_argument(
+        "--max-len-b",
+        type=int,
+        default=defaults.max_len_b,
+        help="default output limit: a * source tokens + b (b: %(default)s)",
     )
     for name, help_text in (
         ("max_body_bytes", "request body size"),
