@@ -3,6 +3,8 @@
     POST /translate      LibreTranslate: {"q": "Hello" | [...], "source": "en", "target": "de",
                          "format": "text", "alternatives": 2, "api_key": ...}, JSON or form
     GET  /languages      LibreTranslate: [{"code": "en", "name": "English", "targets": ["de"]}]
+                         (source "auto" picks the one language served into the target; qkv
+                         detects no languages, so there is no /detect)
     POST /v1/translate   native: {"text": "Hello" | [...], "beam": 5, "alpha": 0.6, "nbest": 3,
                          "attention": true, "alignment": true} -> scores, n-best, attention
     GET  /v1/info        the pairs, the decoding defaults and the limits (the page reads it)
