@@ -190,7 +190,6 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
     )
-    app.state.batcher = batcher
     app.add_middleware(Guard, max_body_bytes=limits.max_body_bytes, metrics=metrics)
     _add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

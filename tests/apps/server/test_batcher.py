@@ -1,0 +1,80 @@
+"""The batcher on its own, with a real tiny translator: requests queued together are decoded in
+shared batches grouped by options, longest sentences first, cut at the token budget, and each
+request gets exactly its own translations back; a cancelled request is skipped; the queue is
+bounded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qkv.apps.server import Batcher, Job, QueueFull
+from qkv.apps.translator import Translator
+from qkv.decode.options import DecodeOptions
+from sentences import EN  # tests/sentences.py
+
+SHORT = DecodeOptions(beam=2, max_len_b=6)
+
+
+class Recording(Translator):
+    """A translator that records the sentences of each translate_detailed call."""
+
+    calls: list[tuple[list[str], DecodeOptions]]
+
+    def translate_detailed(self, texts, options=None, **kwargs):  # type: ignore[override]
+        self.calls.append((list(texts), options))
+        return super().translate_detailed(texts, options, **kwargs)
+
+
+@pytest.fixture
+def translator(model_dir: Path) -> Recording:
+    plain = Translator.load(model_dir)
+    recording = Recording(plain.model, plain.tokenizer)
+    recording.calls = []
+    return recording
+
+
+def test_queued_requests_share_sorted_batches_and_get_their_own_results(translator: Recording) -> None:
+    batcher = Batcher({"en-zh": translator}, batch_tokens=40, max_wait=0.05)
+    texts = [EN[0:3], EN[3:4], EN[4:8]]
+    jobs = [Job("en-zh", t, SHORT) for t in texts]
+    other = Job("en-zh", EN[8:10], SHORT.replace(beam=1))
+    for job in [*jobs, other]:
+        batcher.submit(job)  # all queued before the worker starts: gathered together
+    batcher.start()
+    results = [job.future.result(timeout=60) for job in jobs]
+    other_results = other.future.result(timeout=60)
+    batcher.stop(timeout=60)
+
+    shared = [texts for texts, options in translator.calls if options == SHORT]
+    assert sorted(t for batch in shared for t in batch) == sorted(EN[0:8])  # one shared group
+    lengths = [len(ids) for batch in shared for ids in translator.tokenizer.encode_src(batch)]
+    assert lengths == sorted(lengths, reverse=True)  # longest first, across requests
+    assert len(shared) > 1  # cut at the token budget
+    for batch in shared:
+        longest = max(len(ids) for ids in translator.tokenizer.encode_src(batch)) + 1
+        assert len(batch) == 1 or len(batch) * longest <= 40
+    greedy = [t for texts, options in translator.calls if options.beam == 1 for t in texts]
+    assert sorted(greedy) == sorted(EN[8:10])  # other options: a group of their own
+
+    alone = Translator(translator.model, translator.tokenizer)
+    for job_texts, got in zip(texts, results, strict=True):
+        want = alone.translate_detailed(job_texts, SHORT)
+        assert [r.text for r in got] == [r.text for r in want]
+    assert [r.text for r in other_results] == alone.translate(EN[8:10], SHORT.replace(beam=1))
+
+
+def test_a_cancelled_request_is_not_decoded_and_the_queue_is_bounded(translator: Recording) -> None:
+    batcher = Batcher({"en-zh": translator}, max_queue=2)
+    gone, kept = Job("en-zh", [EN[0]], SHORT), Job("en-zh", [EN[1]], SHORT)
+    batcher.submit(gone)
+    batcher.submit(kept)
+    with pytest.raises(QueueFull):
+        batcher.submit(Job("en-zh", [EN[2]], SHORT))
+    gone.future.cancel()  # its caller gave up (a timeout)
+    batcher.start()
+    assert [r.text for r in kept.future.result(timeout=60)] == translator.translate([EN[1]], SHORT)
+    batcher.stop(timeout=60)
+    decoded = [t for texts, _ in translator.calls for t in texts]
+    assert EN[0] not in decoded
