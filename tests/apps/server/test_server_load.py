@@ -18,7 +18,7 @@ from qkv.apps.translator import Translator
 from qkv.decode.options import DecodeOptions
 from sentences import EN  # tests/sentences.py
 
-TIMEOUT = 2  # the server's --timeout, seconds
+TIMEOUT = 3  # the server's --timeout, seconds
 
 
 def slow(tokens: int, sentences: int, **fields: object) -> dict:
