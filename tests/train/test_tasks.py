@@ -4,6 +4,7 @@ trainer (the loop, checkpoints and exact resume of translation) and used from th
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from collections.abc import Callable
@@ -306,3 +307,17 @@ def test_the_rnn_is_trained_by_the_same_trainer_and_resumes_exactly(tmp_path: Pa
     assert isinstance(model, RNNSearch) and load_config(tmp_path / "full")[0] == "rnn"
     src = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]])
     assert [len(r) for r in beam_search(model, src, beam=3, nbest=2, max_len=5)] == [2, 2]
+
+
+def test_a_language_model_reads_one_side_of_a_named_corpus(tmp_path: Path, recipe: Recipe) -> None:
+    """--corpus multi30k --src_lang en: the English lines of the train and val splits, nothing of the others."""
+    folder = tmp_path / "data" / "multi30k"
+    folder.mkdir(parents=True)
+    for split, lines in (("train", SENTENCES[:80]), ("val", SENTENCES[80:90])):
+        for lang, text in (("en", lines), ("de", [f"ein satz {i}" for i in range(len(lines))])):
+            with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("".join(f"{line}\n" for line in text))
+    cfg = recipe(task="lm", corpus="multi30k", src_lang="en", data_dir=str(tmp_path / "data"))
+    data = Trainer(cfg, tmp_path / "run").data
+    assert data.tokenizer.decode_src(data.train) == SENTENCES[:80]
+    assert data.tokenizer.decode_src(data.valid) == SENTENCES[80:90]
