@@ -28,9 +28,12 @@ def test_every_figure_is_drawn_as_a_png(tmp_path: Path) -> None:
     for path in paths:
         assert_png(path)
     assert sum(str(p) in " ".join(lines) for p in paths) == len(paths)  # one summary line each
+    again = make_figures(tmp_path / "again", small=True, only=["norms", "rope_score"], report=lines.append)
+    for path in again:  # seeded: the same figure, byte for byte
+        assert path.read_bytes() == (tmp_path / path.name).read_bytes(), path.name
 
 
-def test_the_committed_figures_are_the_commands() -> None:
+def test_the_committed_figures_are_small_valid_pngs() -> None:
     committed = ROOT / "docs" / "figures"
     for name in ALL_FIGURES:
         assert_png(committed / f"{name}.png")
