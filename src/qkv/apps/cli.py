@@ -460,6 +460,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_wait=args.max_wait_ms / 1000,
         batch_tokens=args.batch_tokens,
         batching=not args.no_batching,
+        cors_origins=args.cors,
     )
     print(f"qkv serve: {', '.join(m.pair for m in models)}", flush=True)
     serve(app, args.host, args.port, drain_seconds=args.timeout, access_log=args.access_log)
@@ -489,6 +490,12 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "--api-key",
         help="require this key (LibreTranslate's api_key field or 'Authorization: Bearer KEY'; "
         "default: $QKV_API_KEY, else none)",
+    )
+    p.add_argument(
+        "--cors",
+        action="append",
+        metavar="ORIGIN",
+        help="let web pages of this origin call the APIs from a browser ('*': any); repeatable",
     )
     p.add_argument("--beam", type=int, default=defaults.beam, help="default beam (%(default)s)")
     p.add_argument(

@@ -17,5 +17,6 @@ def server(model_dir: Path) -> Iterator[Server]:
         model_dir, "--pair", PAIR, "--api-key", KEY, "--max-chars", "600", "--max-sentences", "40",
         "--max-body-bytes", "6000", "--max-beam", "6", "--max-wait-ms", "20",
         "--beam", str(SERVED.beam), "--max-len-b", str(SERVED.max_len_b),
+        "--cors", "https://example.org",
     ) as s:
         yield s

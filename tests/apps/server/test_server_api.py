@@ -185,6 +185,20 @@ def test_the_key_in_a_bearer_header_serves_libretranslate_too(server: Server) ->
     assert r.status_code == 200
 
 
+def test_web_pages_of_the_allowed_origin_may_call_the_api(server: Server) -> None:
+    """--cors https://example.org: a browser's preflight and request from that origin pass; other
+    origins get no CORS header (their browser keeps the answer from the page)."""
+    preflight = {"Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization, content-type"}
+    allowed = server.client.options("/translate", headers={"Origin": "https://example.org", **preflight})
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://example.org"
+    r = server.client.get("/languages", headers={"Origin": "https://example.org"})
+    assert r.headers["access-control-allow-origin"] == "https://example.org"
+    other = server.client.get("/languages", headers={"Origin": "https://elsewhere.example"})
+    assert "access-control-allow-origin" not in other.headers
+
+
 def test_unknown_path_is_a_json_error(server: Server) -> None:
     r = server.client.get("/nope")
     assert r.status_code == 404

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -158,10 +159,12 @@ def create_app(
     max_wait: float = 0.005,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     batching: bool = True,
+    cors_origins: list[str] | None = None,
 ) -> FastAPI:
     """The server for these models. options: the decoding defaults (LibreTranslate requests use
     them as they are; native requests override fields). max_wait, batch_tokens, batching: see
-    `Batcher`."""
+    `Batcher`. cors_origins: web pages of these origins ("*": any) may call the APIs from a
+    browser, as LibreTranslate's web clients do; none by default."""
     limits = limits or Limits()
     options = options or DecodeOptions()
     served = {m.pair: m for m in models}
@@ -190,6 +193,13 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
     )
+    if cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
     app.add_middleware(Guard, max_body_bytes=limits.max_body_bytes, metrics=metrics)
     _add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
