@@ -56,3 +56,16 @@ def test_score_flops_reach_the_linear_flops_at_2d_plus_d_ff() -> None:
     short_linear, short_scores = layer_flops(512, d, d_ff)
     assert short_linear == 2 * 512 * (4 * d * d + 2 * d * d_ff)  # W^Q, W^K, W^V, W^O; W_1, W_2
     assert short_linear == 6 * short_scores
+
+
+def test_concepts_page_names_tests_that_exist() -> None:
+    """Every `test_...` that docs/concepts.md names is a test function of the suite."""
+    import re
+
+    page = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(test_\w+)`", page))
+    defined = {m for path in (ROOT / "tests").rglob("test_*.py")
+               for m in re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), re.M)}
+    assert len(named) >= 10 and named <= defined, sorted(named - defined)
+    for name in ALL_FIGURES:  # and every figure is on the page
+        assert f"figures/{name}.png" in page, name
