@@ -89,7 +89,7 @@ async function translate() {
     if (mine !== sequence) return;
     if (!r.ok) throw new Error(answer.error || r.statusText);
     results = answer.translations;
-    selected = Math.min(selected, results.length - 1);
+    selected = Math.max(0, Math.min(selected, results.length - 1));
     showError("");
     const ms = Math.round(performance.now() - started);
     $("status").textContent = `${results.length} sentence${results.length > 1 ? "s" : ""}, ${ms} ms`;
