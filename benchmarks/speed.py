@@ -18,10 +18,16 @@ d_model 512, d_ff 2048, 8 heads, ReLU, post-norm, sinusoidal positions, a shared
 row as the pad. The bos row is zeroed, so that the three compute the same function (CTranslate2
 starts Marian decoders from a zero embedding).
 
+A second random model has OPUS-MT's shape and conventions (`opus_config`: the same sizes with the
+swish activation, eos 0, pad = decoder start = the last id, and a non-zero final_logits_bias); it is
+imported into qkv the way `qkv convert marian` imports a checkpoint, and its row pair ("qkv OPUS-MT",
+"HF transformers OPUS-MT") times qkv decoding the imported model against Hugging Face `generate` on
+the same model, greedy and beam 4, batch 1 and 32.
+
 Before any timing the harness checks correctness and exits 1 if it fails: on the benchmark sources,
 qkv's logits equal Hugging Face's (1e-4, with nn.Linear and with packed weights) and qkv's greedy
-ids (packed weights, the default; with `--cache-off` also without the decoder cache) equal
-`generate`'s token for token (both decoding freely to eos or `--new-tokens`). CTranslate2 float32's
+ids (packed weights, the default; with `--cache-off` also without the decoder cache; and those of the
+OPUS-MT-shaped model) equal `generate`'s token for token (both decoding freely to eos or `--new-tokens`). CTranslate2 float32's
 agreement with Hugging Face is reported, not required.
 
 Timed, each engine and setting in a fresh subprocess (so that the peak RSS is its own):
@@ -75,6 +81,7 @@ from common import BOS, D_FF, D_MODEL, EOS, HEADS, LAYERS, UNK, marian_config, m
 
 CT2_THREADS = [("default", 1, 0), ("2x1", 2, 1)]  # (label, inter_threads, intra_threads)
 ATTENTION_LENGTHS = [128, 256, 512, 1024, 2048, 4096]
+OPUS_EOS = 0  # OPUS-MT's eos; its pad and decoder start are the last id
 ENV = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false",
        "HF_HUB_OFFLINE": "1"}
 
@@ -86,8 +93,17 @@ def token(i: int, vocab: int) -> str:
     return "<pad>" if i == vocab - 1 else {UNK: "<unk>", BOS: "<s>", EOS: "</s>"}.get(i, f"w{i}")
 
 
+def opus_config(vocab: int) -> Any:
+    """The base shape as OPUS-MT configures it: swish, eos 0, pad = decoder start = the last id."""
+    config = marian_config(vocab)
+    config.activation_function = "swish"
+    config.eos_token_id, config.pad_token_id, config.decoder_start_token_id = OPUS_EOS, vocab - 1, vocab - 1
+    return config
+
+
 def build(work: Path, args: argparse.Namespace) -> None:
-    """Write work/{hf, qkv, ct2-float32, ct2-int8} and work/sources.json (N, src_len + 1) ids ending with eos."""
+    """Write work/{hf, qkv, ct2-float32, ct2-int8, opus-hf, opus-qkv} and work/sources.json (N, src_len + 1) ids
+    ending with eos."""
     import torch
     from ctranslate2.converters import TransformersConverter
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -106,6 +122,11 @@ def build(work: Path, args: argparse.Namespace) -> None:
     PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
                             eos_token="</s>").save_pretrained(work / "hf")
     save_model_dir(work / "qkv", from_marian(hf, unk_id=UNK))
+    opus = MarianMTModel(opus_config(args.vocab)).eval()
+    with torch.no_grad():
+        opus.final_logits_bias.normal_(0.0, 0.1)  # OPUS-MT's bias is not zero
+    opus.save_pretrained(work / "opus-hf")
+    save_model_dir(work / "opus-qkv", from_marian(opus, unk_id=UNK))
     for quantization in ("float32", "int8"):
         TransformersConverter(str(work / "hf")).convert(str(work / f"ct2-{quantization}"),
                                                         quantization=quantization, force=True)
@@ -114,8 +135,8 @@ def build(work: Path, args: argparse.Namespace) -> None:
     (work / "sources.json").write_text(json.dumps(src.tolist()))
 
 
-def load_sources(work: Path, n: int) -> list[list[int]]:
-    return json.loads((work / "sources.json").read_text())[:n]
+def load_sources(work: Path, n: int, eos: int = EOS) -> list[list[int]]:
+    return [[*s[:-1], eos] for s in json.loads((work / "sources.json").read_text())[:n]]
 
 
 # --- the three engines: sources (ids) -> output tokens per sentence ------------------------------------------------
@@ -124,7 +145,7 @@ Translate = Callable[[list[list[int]], int], list[list[int]]]  # (sources, batch
 
 
 def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str | None = None,
-               workers: int = 1, pack: bool | None = None, use_cache: bool = True) -> Translate:
+               workers: int = 1, pack: bool | None = None, use_cache: bool = True, model: str = "qkv") -> Translate:
     import torch
 
     from qkv.decode.search import beam_search, greedy
@@ -132,7 +153,7 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
     from qkv.runtime.prepare import prepare_for_decoding
     from qkv.runtime.workers import map_in_workers
 
-    model = prepare_for_decoding(load_model_dir(work / "qkv"), "cpu", quantize, pack)  # as Translator.load does
+    model = prepare_for_decoding(load_model_dir(work / model), "cpu", quantize, pack)  # as Translator.load does
 
     def decode(src: torch.Tensor) -> list[list[int]]:
         if beam == 1:
@@ -149,11 +170,12 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
     return translate
 
 
-def hf_engine(work: Path, beam: int, min_len: int, max_len: int) -> Translate:
+def hf_engine(work: Path, beam: int, min_len: int, max_len: int, model: str = "hf") -> Translate:
     import torch
     from transformers import MarianMTModel
 
-    model = MarianMTModel.from_pretrained(work / "hf").eval()
+    model = MarianMTModel.from_pretrained(work / model).eval()
+    eos, never = model.config.eos_token_id, sorted({model.config.pad_token_id, model.config.decoder_start_token_id})
 
     def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
         out = []
@@ -162,9 +184,9 @@ def hf_engine(work: Path, beam: int, min_len: int, max_len: int) -> Translate:
             with torch.inference_mode():
                 ids = model.generate(input_ids=src, attention_mask=torch.ones_like(src), do_sample=False,
                                      num_beams=beam, min_new_tokens=min_len, max_new_tokens=max_len,
-                                     suppress_tokens=[model.config.pad_token_id, BOS])
+                                     suppress_tokens=never)
             for row in ids[:, 1:].tolist():  # drop the decoder start; cut at eos
-                out.append(row[: row.index(EOS)] if EOS in row else row)
+                out.append(row[: row.index(eos)] if eos in row else row)
         return out
 
     return translate
@@ -199,11 +221,12 @@ def import_engine(engine: str) -> None:
 
 def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) -> Translate:
     """The engine a worker spec names: "qkv", "hf" or "ct2" (with compute_type, inter, intra)."""
+    opus = "opus-" if spec.get("model") == "opus" else ""
     if spec["engine"] == "qkv":
         return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"),
-                          spec.get("workers", 1), spec.get("pack"), spec.get("cache", True))
+                          spec.get("workers", 1), spec.get("pack"), spec.get("cache", True), opus + "qkv")
     if spec["engine"] == "hf":
-        return hf_engine(work, spec["beam"], min_len, max_len)
+        return hf_engine(work, spec["beam"], min_len, max_len, opus + "hf")
     return ct2_engine(work, spec["beam"], min_len, max_len, spec["vocab"], spec["compute_type"], spec["inter"],
                       spec["intra"])
 
@@ -216,7 +239,7 @@ def measure_decoding(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
     imports_mb = memory_mb("VmRSS")
     n, new_tokens = spec["sentences"], spec["new_tokens"]
     translate = make_engine(work, spec, new_tokens, new_tokens)
-    sources = load_sources(work, n)
+    sources = load_sources(work, n, OPUS_EOS if spec.get("model") == "opus" else EOS)
     times, out = timed(lambda: translate(sources, spec["batch"]), spec["repeats"])
     lengths = sorted({len(o) for o in out})
     if len(out) != n or lengths != [new_tokens]:
@@ -372,6 +395,12 @@ def check(work: Path, args: argparse.Namespace) -> dict[str, Any]:
               "qkv_equals_hf": sum(a == b for a, b in zip(ours, theirs, strict=True)),
               "ct2_float32_equals_hf": sum(a == b for a, b in zip(ct2, theirs, strict=True)),
               "ended_with_eos": sum(len(o) < args.new_tokens for o in theirs)}
+    opus_sources = load_sources(work, args.batch32_sentences, OPUS_EOS)
+    opus_ours = qkv_engine(work, 1, 0, args.new_tokens, model="opus-qkv")(opus_sources, 32)
+    opus_theirs = hf_engine(work, 1, 0, args.new_tokens, model="opus-hf")(opus_sources, 32)
+    result["opus_qkv_equals_hf"] = sum(a == b for a, b in zip(opus_ours, opus_theirs, strict=True))
+    if result["opus_qkv_equals_hf"] != len(sources):
+        raise SystemExit("check failed: qkv differs from Hugging Face on the OPUS-MT-shaped model; no timing done")
     if args.cache_off:
         uncached = qkv_engine(work, 1, 0, args.new_tokens, use_cache=False)(sources, 32)
         result["qkv_cache_off_equals_hf"] = sum(a == b for a, b in zip(uncached, theirs, strict=True))
@@ -380,7 +409,8 @@ def check(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                              "no timing done")
     print(f"check: logits max |qkv - HF| = {logits_diff:.2e} (packed {packed_diff:.2e}); greedy ids qkv == HF on "
           f"{result['qkv_equals_hf']}/{len(sources)} sentences; CT2 float32 == HF on "
-          f"{result['ct2_float32_equals_hf']}/{len(sources)}",
+          f"{result['ct2_float32_equals_hf']}/{len(sources)}; OPUS-MT shape qkv == HF on "
+          f"{result['opus_qkv_equals_hf']}/{len(sources)}",
           file=sys.stderr, flush=True)
     if max(logits_diff, packed_diff) > 1e-4 or result["qkv_equals_hf"] != len(sources):
         for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
@@ -400,20 +430,22 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
 
 
 def engine_name(r: dict[str, Any]) -> str:
+    opus = " OPUS-MT" if r.get("model") == "opus" else ""
     if r["engine"] == "ct2":
         return f"CT2 {r['compute_type']} {r['threads_label']}"
     if r["engine"] == "qkv":
         return " ".join(["qkv", *(["unpacked"] if not r.get("pack", True) else []),
                          *([r["quantize"]] if r.get("quantize") else []),
                          *(["2x1"] if r.get("workers", 1) == 2 else []),
-                         *(["cache off"] if not r.get("cache", True) else [])])
-    return "HF transformers"
+                         *(["cache off"] if not r.get("cache", True) else [])]) + opus
+    return "HF transformers" + opus
 
 
 def decode_table(rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
-        base = next(q for q in rows if engine_name(q) == "qkv" and q["beam"] == r["beam"] and q["batch"] == r["batch"])
+        plain = "qkv OPUS-MT" if r.get("model") == "opus" else "qkv"  # the same model's plain qkv row
+        base = next(q for q in rows if engine_name(q) == plain and q["beam"] == r["beam"] and q["batch"] == r["batch"])
         out.append(["greedy" if r["beam"] == 1 else f"beam {r['beam']}", str(r["batch"]), engine_name(r),
                     f"{r['tokens_per_second']:.0f}", f"{r['best_tokens_per_second']:.0f}",
                     f"{r['sentences_per_second']:.2f}", f"{r['peak_rss_mb']:.0f} ({r['imports_rss_mb']:.0f})",
@@ -508,6 +540,7 @@ def main() -> None:
                 decode_specs += [{**setting, "engine": "ct2", "compute_type": ct, "threads_label": label,
                                   "inter": inter, "intra": intra}
                                  for ct in ("float32", "int8") for label, inter, intra in CT2_THREADS]
+                decode_specs += [{**setting, "engine": engine, "model": "opus"} for engine in ("qkv", "hf")]
         decoding = [run_worker(spec, work) for spec in decode_specs]
         matmul = run_worker({**shared, "task": "matmul", "size": args.matmul_size, "repeats": 5}, work)
         training = [run_worker({**shared, "task": "train", "engine": engine, "sentences": args.train_sentences,
@@ -523,7 +556,8 @@ def main() -> None:
     print(f"\ncheck: logits max |qkv - HF| = {correctness['logits_max_abs_diff']:.1e} (packed "
           f"{correctness['packed_logits_max_abs_diff']:.1e}); greedy ids qkv (packed) == HF on "
           f"{correctness['qkv_equals_hf']}/{correctness['sentences']} sentences; CT2 float32 == HF on "
-          f"{correctness['ct2_float32_equals_hf']}/{correctness['sentences']}")
+          f"{correctness['ct2_float32_equals_hf']}/{correctness['sentences']}; OPUS-MT shape qkv == HF on "
+          f"{correctness['opus_qkv_equals_hf']}/{correctness['sentences']}")
     print(f"\nDecoding: {args.src_len} + eos source tokens, exactly {args.new_tokens} new tokens per hypothesis; "
           f"batch 1: {args.batch1_sentences} sentences, batch 32: {args.batch32_sentences}; "
           "qkv ÷ engine > 1: qkv faster")
