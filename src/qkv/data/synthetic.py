@@ -178,18 +178,14 @@ def _draw_split(
     buckets: list[tuple[int, int]],
     accept: Callable[[int, int], bool],
     taken: set[int] | None,
-    by_length: bool = False,
 ) -> list[int]:
-    """n numbers: a digit count at random, then a number of it that `accept(bucket, n)` allows.
-
-    Digit counts are drawn uniformly, or with `by_length` in proportion to their length (a
-    6-digit number has the most words to get right, a 1-digit one the fewest). With `taken`,
-    numbers are unique (and added to it) and exhausted digit counts drop out of the draw.
-    """
+    """n numbers: a digit count uniformly at random, then a number of it that `accept(bucket, n)`
+    allows; with `taken`, numbers are unique (and added to it) and exhausted digit counts drop
+    out of the draw."""
     numbers: list[int] = []
     live = list(range(len(buckets)))
     while len(numbers) < n and live:
-        i = rng.choices(live, [j + 1 for j in live])[0] if by_length else rng.choice(live)
+        i = rng.choice(live)
         low, high = buckets[i]
         for _ in range(100 + 20 * (high - low)):  # enough tries to find any allowed number left
             number = rng.randint(low, high)
@@ -209,9 +205,8 @@ def synthetic_splits(
 ) -> tuple[ParallelCorpus, ParallelCorpus, ParallelCorpus]:
     """(train, valid, test) synthetic corpora in which every digit count gets its share.
 
-    Each training and validation pair's digit count is drawn in proportion to its length (6-digit
-    numbers six times as often as 1-digit ones), so the 1- and 2-digit numbers (only 100 of them)
-    still make up 1/7 of training: their numbers repeat. Numbers of larger digit counts are
+    Each pair's digit count is drawn uniformly, so 1- and 2-digit numbers (only 100 of them) are as
+    common in training as 6-digit ones: their numbers repeat. Numbers of larger digit counts are
     held out: a fixed quarter of them (by a hash of the seed) never appears in training, and
     validation and test draw from it, without repeats and disjoint from each other. The small
     digit counts cannot be held out (training needs them all), so the test split holds every one
@@ -236,15 +231,10 @@ def synthetic_splits(
     def held(i: int, n: int) -> bool:
         return not small[i] and _held_out(seed, n)
 
-    train = _draw_split(random.Random(seed), n_train, buckets, trainable, None, by_length=True)
+    train = _draw_split(random.Random(seed), n_train, buckets, trainable, None)
     taken: set[int] = set()
     valid = _draw_split(
-        random.Random(f"{seed}:valid"),
-        n_valid,
-        buckets,
-        lambda i, n: small[i] or held(i, n),
-        None,
-        by_length=True,
+        random.Random(f"{seed}:valid"), n_valid, buckets, lambda i, n: small[i] or held(i, n), None
     )
     taken.update(n for n in valid if not small[len(str(n)) - 1])
     test = _draw_split(
