@@ -73,6 +73,11 @@ def main() -> None:
         "ct2_int8_exact_match": exact(theirs, everything),
         "ct2_int8_held_out_exact_match": exact(theirs, held_out),
         "same_output": sum(a == b for a, b in zip(ours, theirs, strict=True)) / len(ours),
+        "by_digits": {  # digit count -> (qkv float32, CTranslate2 int8) exact match
+            k: [round(exact(ours, rows), 4), round(exact(theirs, rows), 4)]
+            for k in sorted({len(s.replace(" ", "")) for s in test.src})
+            for rows in [[i for i, s in enumerate(test.src) if len(s.replace(" ", "")) == k]]
+        },
         "qkv_seconds": round(qkv_seconds, 2),
         "ct2_int8_seconds": round(ct2_seconds, 2),
         "ctranslate2": ctranslate2.__version__,
