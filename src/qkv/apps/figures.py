@@ -47,6 +47,7 @@ from ..model import (
     softmax_attention,
 )
 from ..model.layers import make_norm
+from ..model.nadaraya_watson import NadarayaWatson, fit_width, toy_regression, toy_target
 from ..model.positions import alibi_slopes, relative_position_bucket
 from ..train.schedule import lr_multiplier, paper_peak_lr
 
@@ -349,6 +350,35 @@ def draw_norms(small: bool) -> tuple[Figure, str]:
     return fig, summary
 
 
+# --- attention before Transformers --------------------------------------------------------------
+
+
+def draw_nadaraya_watson(small: bool) -> tuple[Figure, str]:
+    x, y = toy_regression(50, seed=0)
+    grid = torch.arange(0, 5, 0.1)  # the test inputs
+    fixed, fitted = NadarayaWatson(), NadarayaWatson(learned_width=True)
+    losses = fit_width(fitted, x, y, steps=300)
+    with torch.no_grad():
+        (f_fixed, a_fixed), (f_fitted, a_fitted) = fixed(grid, x, y), fitted(grid, x, y)
+    w = fitted.w.item()
+    fig = Figure(figsize=(12, 3.6), layout="constrained")
+    ax1, ax2, ax3 = fig.subplots(1, 3, width_ratios=[1.3, 1, 1])
+    ax1.plot(grid.numpy(), toy_target(grid).numpy(), "k-", lw=1, label="truth 2 sin x + x^0.8")
+    ax1.plot(x.numpy(), y.numpy(), "o", ms=3, alpha=0.5, label="training pairs (keys, values)")
+    ax1.plot(grid.numpy(), f_fixed.numpy(), "--", label="non-parametric, w = 1")
+    ax1.plot(grid.numpy(), f_fitted.numpy(), "-", label=f"parametric, fitted w = {w:.2f}")
+    ax1.set(xlabel="x", ylabel="y", title="Nadaraya-Watson regression")
+    ax1.legend(fontsize=7)
+    for ax, weights, title in ((ax2, a_fixed, "w = 1"), (ax3, a_fitted, f"fitted w = {w:.2f}")):
+        im = ax.imshow(weights.numpy(), aspect="auto", cmap="Reds", interpolation="none", vmin=0,
+                       vmax=a_fitted.max().item())
+        ax.set(xlabel="training input i (x_i sorted)", ylabel="test input x = 0.0, 0.1, ... 4.9")
+        ax.set_title(f"attention weights, {title}")
+    fig.colorbar(im, ax=ax3, shrink=0.8)
+    summary = f"fitted w = {w:.2f}; leave-one-out loss {losses[0]:.3f} -> {losses[-1]:.3f}"
+    return fig, summary
+
+
 # --- cost -------------------------------------------------------------------------------------
 
 
@@ -571,6 +601,7 @@ FIGURES: dict[str, Callable[[bool], tuple[Figure, str]]] = {
     "scaling": draw_scaling,
     "temperature": draw_temperature,
     "norms": draw_norms,
+    "nadaraya_watson": draw_nadaraya_watson,
     "complexity": draw_complexity,
     "schedule": draw_schedule,
 }

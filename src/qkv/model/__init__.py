@@ -17,6 +17,7 @@ from .cache import DecoderCache, KVCache
 from .embedding import TokenEmbedding
 from .layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward, SublayerConnection
 from .masks import causal_mask, combine, padding_mask
+from .nadaraya_watson import NadarayaWatson
 from .positions import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -43,6 +44,7 @@ __all__ = [
     "KVCache",
     "LearnedPositionalEmbedding",
     "MultiHeadedAttention",
+    "NadarayaWatson",
     "PositionwiseFeedForward",
     "RelativePositionBias",
     "RotaryEmbedding",
