@@ -19,7 +19,7 @@ T = TypeVar("T")
 POSITIONAL = ("sinusoidal", "learned", "rope", "relative", "alibi", "none")
 ATTENTION_SCORES = ("scaled_dot", "dot", "additive", "bilinear")
 ACTIVATIONS = ("relu", "gelu", "silu", "swiglu")
-NORMS = ("layernorm", "rmsnorm")
+NORMS = ("layernorm", "rmsnorm", "batchnorm")  # batchnorm: a foil (qkv.model.layers)
 POOLINGS = ("first", "mean")
 ARCHS = ("transformer", "rnn")
 
@@ -147,7 +147,7 @@ class TransformerConfig:
     attention: str = "scaled_dot"
     attention_temperature: float = 1.0
     activation: str = "relu"
-    norm: str = "layernorm"
+    norm: str = "layernorm"  # or "rmsnorm"; "batchnorm" is a foil (qkv.model.layers.BatchNormFoil)
     norm_first: bool = False  # False: post-norm (paper); True: pre-norm
     norm_eps: float = 1e-5
     bias: bool = True  # biases in the linear layers

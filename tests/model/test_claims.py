@@ -176,16 +176,44 @@ def test_layernorm_ignores_batch_mates_and_padding_batchnorm_does_not() -> None:
         ids[b, :n] = torch.randint(4, 30, (n,))
     embed = nn.Sequential(TokenEmbedding(30, 32, padding_idx=0), SinusoidalPositionalEncoding(32))
     layer_norm = make_norm("layernorm", 32, 1e-5)
-    batch_norm = nn.BatchNorm1d(32, affine=False).train()  # as tutorials use it: statistics of (B*T, D)
+    batch_norm = make_norm("batchnorm", 32, 1e-5).train()  # qkv's foil: statistics of (B*T, D)
     with torch.no_grad():
         x, alone = embed(ids), embed(ids[:1, :6])  # sentence 1 in the padded batch, and alone
         rows = x.reshape(-1, 32)
         ln_batch, ln_alone = layer_norm(x)[0, :6], layer_norm(alone)[0]
-        bn_batch, bn_alone = batch_norm(rows)[:6], batch_norm(alone[0])
+        bn_batch, bn_alone = batch_norm(x)[0, :6], batch_norm(alone)[0]
     torch.testing.assert_close(ln_batch, ln_alone, atol=0, rtol=0)
     assert (bn_batch - bn_alone).abs().max() > 0.1
     hand = (rows - rows.mean(0)) / torch.sqrt(rows.var(0, unbiased=False) + 1e-5)  # pads in the statistics
     torch.testing.assert_close(bn_batch, hand[:6], atol=1e-5, rtol=0)
+
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_batchnorm_foil_trains_and_ties_a_sentence_to_its_batch_mates(norm_first: bool) -> None:
+    """norm: batchnorm in a whole Transformer: one training step runs, and in training mode a
+    sentence's logits change with its batch-mates; with LayerNorm they are the same to rounding."""
+    from qkv import Transformer
+
+    src = torch.randint(4, 30, (3, 7))
+    tgt = torch.randint(4, 30, (3, 5))
+    logits = {}
+    for norm in ("layernorm", "batchnorm"):
+        torch.manual_seed(0)
+        cfg = TransformerConfig.preset("tiny", src_vocab_size=30, dropout=0.0, attention_dropout=0.0,
+                                       norm=norm, norm_first=norm_first)
+        model = Transformer(cfg).train()
+        with torch.no_grad():
+            together, alone = model(src, tgt)[0], model(src[:1], tgt[:1])[0]
+        logits[norm] = (together - alone).abs().max()
+        before = [p.detach().clone() for p in model.parameters()]
+        loss = F.cross_entropy(model(src, tgt).flatten(0, 1), tgt.flatten())
+        loss.backward()
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+        assert torch.isfinite(loss)
+        assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+    assert logits["layernorm"] < 1e-5
+    assert logits["batchnorm"] > 0.01
 
 
 # --- RoPE --------------------------------------------------------------------------------------

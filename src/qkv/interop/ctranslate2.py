@@ -113,6 +113,8 @@ def check_exportable(model: nn.Module) -> None:
     cfg = model.config
     if cfg.positional == "alibi":
         raise ValueError("positional='alibi': CTranslate2 has no ALiBi in its encoder")
+    if cfg.norm == "batchnorm":
+        raise ValueError("norm='batchnorm': CTranslate2 has layer and RMS norms only")
     if cfg.attention not in ("scaled_dot", "dot"):
         raise ValueError(
             f"attention={cfg.attention!r}: CTranslate2 computes dot-product scores only"

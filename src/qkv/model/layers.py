@@ -55,8 +55,21 @@ class PositionwiseFeedForward(nn.Module):
         return self.w_2(self.dropout(h))
 
 
+class BatchNormFoil(nn.BatchNorm1d):
+    """`norm: batchnorm`, a foil for the norm comparison, not a choice for text: BatchNorm over the
+    features of every position of every sentence, (B, T, D) seen as (B*T, D), pads included (as a
+    tutorial applies `nn.BatchNorm1d`). In training, a sentence's output depends on its batch-mates
+    and on how much padding the batch has; in eval mode it uses the running statistics."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x.reshape(-1, x.size(-1))).view(x.shape)  # (B, T, D)
+
+
 def make_norm(kind: str, d_model: int, eps: float) -> nn.Module:
-    """LayerNorm (paper) or RMSNorm (Zhang & Sennrich 2019: no centring, no bias)."""
+    """LayerNorm (paper), RMSNorm (Zhang & Sennrich 2019: no centring, no bias) or the BatchNorm
+    foil."""
+    if kind == "batchnorm":
+        return BatchNormFoil(d_model, eps=eps)
     return nn.RMSNorm(d_model, eps=eps) if kind == "rmsnorm" else nn.LayerNorm(d_model, eps=eps)
 
 
