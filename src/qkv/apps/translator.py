@@ -8,6 +8,7 @@
     for t in translator.translate_stream(texts):            # in input order, chunk by chunk
         print(t.text, flush=True)
     Translator.load(["runs/a-avg", "runs/b-avg"])           # an ensemble sharing a tokenizer
+    Translator.load("runs/rnn")                             # the GRU + Bahdanau baseline
 
 Sentences are tokenized, sorted by length (so that batches hold sentences of similar length and
 little padding), cut into batches of at most `batch_tokens` padded source tokens, decoded with
@@ -40,6 +41,7 @@ from ..decode.ensemble import Ensemble
 from ..decode.options import DecodeOptions
 from ..decode.search import Hypothesis, attention_weights, beam_search, greedy, sample
 from ..model import AttentionWeights, Transformer
+from ..model.rnn import RNNSearch
 from ..modeldir import load_model_dir
 from ..runtime.prepare import prepare_for_decoding
 from ..runtime.workers import map_in_workers
@@ -107,25 +109,27 @@ class _Extras:
 
 
 class Translator:
-    """A Transformer (or an `Ensemble` of them) and its tokenizer: lists of sentences in, lists of
-    translations out."""
+    """A Transformer (or an `Ensemble` of them, or the `RNNSearch` baseline) and its tokenizer:
+    lists of sentences in, lists of translations out."""
 
     def __init__(
         self,
-        model: Transformer | Ensemble,
+        model: Transformer | Ensemble | RNNSearch,
         tokenizer: SubwordTokenizer,
         max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS,
     ) -> None:
         """max_src_tokens: longest source (subword tokens, eos included) before truncation; an
         encoder with learned positions (any member's, in an ensemble) lowers it to its table
         size."""
-        if not isinstance(model, Transformer | Ensemble):
+        if not isinstance(model, Transformer | Ensemble | RNNSearch):
             name = type(model).__name__
             raise ValueError(f"translation needs an encoder-decoder Transformer, got {name}")
         self.model = model.eval()
         self.tokenizer = tokenizer
         members = model.members if isinstance(model, Ensemble) else [model]
         for member in members:
+            if isinstance(member, RNNSearch):  # a recurrent encoder reads any length
+                continue
             table = member.encoder.max_positions()
             if table is not None:
                 max_src_tokens = min(max_src_tokens, table)
@@ -156,9 +160,11 @@ class Translator:
         models = []
         for d in directories:
             model = load_model_dir(d, device)
-            if not isinstance(model, Transformer):
+            if not isinstance(model, Transformer | RNNSearch):
                 name = type(model).__name__
                 raise ValueError(f"{d} holds a {name}; translation needs a Transformer")
+            if isinstance(model, RNNSearch) and len(directories) > 1:
+                raise ValueError(f"{d} holds an RNNSearch; an ensemble takes Transformers only")
             models.append(prepare_for_decoding(model, device, quantize, pack))
         tokenizer = SubwordTokenizer.load(directories[0])
         for d in directories[1:]:
