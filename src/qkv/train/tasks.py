@@ -37,7 +37,6 @@ from torch import Tensor, nn
 from ..data.batching import Batch, TokenBatchSampler, collate, pad_sequences
 from ..data.corpus import DataError, read_lines
 from ..data.named import get_corpus, named_paths
-from ..data.synthetic import synthetic_splits
 from ..data.text import load_labeled, load_text
 from ..data.tokenizer import SubwordTokenizer
 from ..decode.search import DEFAULT_MAX_LEN_B, greedy
@@ -45,7 +44,13 @@ from ..model import DecoderOnly, EncoderOnly, Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import WEIGHTS_FILE, CheckpointError, load_config, load_weights
 from .loss import ClassificationLoss, LanguageModelLoss, MaskedLMLoss, TranslationLoss
-from .prepare import EncodedData, prepare_data, sample_segmentation, validation_split
+from .prepare import (
+    EncodedData,
+    load_corpora,
+    prepare_data,
+    sample_segmentation,
+    validation_split,
+)
 from .recipe import TrainConfig
 
 log = logging.getLogger("qkv.train")
@@ -244,16 +249,9 @@ def _corpus_side(cfg: TrainConfig, split: str) -> list[str]:
 
 def load_texts(cfg: TrainConfig) -> tuple[list[str], list[str]]:
     """The training and validation texts of an lm or mlm recipe (validation may be empty)."""
-    if cfg.corpus == "synthetic":
-        train, valid, _ = synthetic_splits(
-            cfg.seed,
-            cfg.synthetic_train,
-            cfg.synthetic_valid,
-            0,
-            target=cfg.synthetic_target,
-            max_value=cfg.synthetic_max_value,
-        )
-        return train.tgt, valid.tgt
+    if cfg.corpus == "synthetic":  # the number words of the synthetic translation corpus
+        train, valid = load_corpora(cfg)
+        return train.tgt, [] if valid is None else valid.tgt
     if cfg.corpus is not None:
         valid_split = cfg.valid_split or validation_split(cfg.corpus)
         return _corpus_side(cfg, cfg.train_split), _corpus_side(cfg, valid_split)
