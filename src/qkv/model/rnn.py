@@ -26,7 +26,7 @@ from ..config import TransformerConfig
 from .attention import AdditiveScore, AttentionWeights
 from .embedding import TokenEmbedding
 from .masks import padding_mask
-from .transformer import init_linear_weights
+from .transformer import init_linear_weights, make_embeddings
 
 
 class BahdanauAttention(nn.Module):
@@ -181,16 +181,7 @@ class RNNSearch(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         cfg = self.config = config
-        src_embedding = TokenEmbedding(
-            cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings
-        )
-        tgt_embedding = (
-            src_embedding
-            if cfg.share_embeddings
-            else TokenEmbedding(
-                cfg.target_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings
-            )
-        )
+        src_embedding, tgt_embedding = make_embeddings(cfg)
         self.encoder = RNNEncoder(cfg, src_embedding)
         self.decoder = RNNDecoder(cfg, tgt_embedding)
         self.output_projection = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=cfg.output_bias)

@@ -161,6 +161,15 @@ class Decoder(Stack):
         return self.norm(x), weights
 
 
+def make_embeddings(cfg: TransformerConfig) -> tuple[TokenEmbedding, TokenEmbedding]:
+    """The source and target embeddings: one module for both with `share_embeddings` (3.4)."""
+    src = TokenEmbedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+    if cfg.share_embeddings:
+        return src, src
+    tgt = TokenEmbedding(cfg.target_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+    return src, tgt
+
+
 def init_linear_weights(module: nn.Module) -> None:
     """Xavier-uniform matrices and zero biases for every nn.Linear (as nn.Transformer does)."""
     for m in module.modules():
@@ -182,16 +191,7 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         cfg = self.config = config
-        src_embedding = TokenEmbedding(
-            cfg.src_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings
-        )
-        tgt_embedding = (
-            src_embedding
-            if cfg.share_embeddings
-            else TokenEmbedding(
-                cfg.target_vocab_size, cfg.d_model, cfg.pad_id, cfg.scale_embeddings
-            )
-        )
+        src_embedding, tgt_embedding = make_embeddings(cfg)
         self.encoder = Encoder(cfg, src_embedding)
         self.decoder = Decoder(cfg, tgt_embedding)
         self.output_projection = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=cfg.output_bias)
