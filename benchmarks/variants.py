@@ -1,0 +1,436 @@
+"""The tutorials' claims, measured: each table trains the variants of one choice side by side on this
+machine and prints a markdown table (docs/concepts.md, "The variants, measured").
+
+    python benchmarks/variants.py transformer-vs-rnn --budget 900 --data-dir ../shared/data
+    python benchmarks/variants.py scores --steps 1500 [--data-dir ../shared/data]
+    python benchmarks/variants.py positions --steps 1500 [--data-dir ../shared/data]
+    python benchmarks/variants.py extrapolation --steps 3000
+    python benchmarks/variants.py exposure-bias --steps 3000 --points 10
+    python benchmarks/variants.py heads --steps 1500
+    python benchmarks/variants.py norms --steps 1500 --depth 6
+    python benchmarks/variants.py lm --budget 1800 --data-dir ../shared/data
+    python benchmarks/variants.py classify --steps 800 --data-dir ../shared/data
+
+Every variant is one `Trainer` run in this process (`qkv train`'s trainer, the recipe as a dict), on
+`--threads` CPU threads, then scored by qkv's own translator, generator or classifier:
+
+- synthetic: `qkv demo`'s task and recipe (numbers in digits -> words, the tiny preset); exact match
+  of greedy translations of held-out numbers (the demo's test split, `--n-test` of 3-6 digits and
+  every 1- and 2-digit number).
+- multi30k (with `--data-dir`): de -> en with configs/multi30k-small.yaml's model; sacreBLEU of greedy
+  translations of the first `--n-test` validation sentences (never the test split).
+- `--budget S`: every variant trains S wall-clock seconds (the recipe's `max_hours`, checked at
+  checkpoints every `--check-every` updates): equal CPU time. `--steps N`: N updates each: equal
+  updates. Each table has its default (the real runs: at most ~2 CPU hours per table).
+
+The extrapolation table trains on numbers of up to 6 digits written in Chinese (`zh`): 7- and
+8-digit numbers reuse 万, 千, 百 and 十, which the training numbers contain, while English would need
+"million", never seen; 9 digits need 亿, never seen in either (so 0 there is the vocabulary, not the
+positions). In the exposure-bias table, greedy decoding's exact match equals the share of sentences
+whose every teacher-forced prediction is right (the same argmax at every step); the gap to read is
+between the per-token accuracy under teacher forcing and what it predicts for whole sentences.
+Results: OUT/TABLE.json and the table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import gzip
+import json
+import logging
+import random
+import shlex
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import common  # benchmarks/common.py (the script's folder is on sys.path)
+
+ROOT = Path(__file__).resolve().parents[1]
+SYNTHETIC = {  # `qkv demo`'s recipe
+    "corpus": "synthetic", "synthetic_train": 20000, "synthetic_valid": 200,
+    "synthetic_max_value": 999_999, "preset": "tiny", "vocab_size": 100, "max_tokens": 2048,
+    "schedule": "inverse_sqrt", "lr": 2e-3, "warmup": 200, "valid_bleu": False,
+    "valid_metric": "loss", "tensorboard": False, "keep_checkpoints": 1,
+}
+MULTI30K = {"src_lang": "de", "tgt_lang": "en", "valid_bleu": False, "valid_metric": "loss",
+            "tensorboard": False, "keep_checkpoints": 1}
+DEFAULTS = {  # table -> (budget seconds per variant, steps per variant): one of them is used
+    "transformer-vs-rnn": (900, None), "scores": (None, 1500), "positions": (None, 1500),
+    "extrapolation": (None, 3000), "exposure-bias": (None, 3000), "heads": (None, 1500),
+    "norms": (None, 1500), "lm": (1800, None), "classify": (None, 800),
+}
+
+
+class Run:
+    """The settings shared by the variants of a table, and the training of one variant."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out = Path(args.out)
+        default_budget, default_steps = DEFAULTS[args.table]
+        if args.budget is None and args.steps is None:
+            args.budget, args.steps = default_budget, default_steps
+        self.budget, self.steps = args.budget, args.steps
+
+    def limits(self) -> dict[str, Any]:
+        """The stopping keys: a time budget (equal CPU time) or a number of updates."""
+        if self.steps is not None:
+            return {"max_steps": self.steps, "valid_every": self.steps,
+                    "log_every": min(50, self.steps), "warmup": min(200, max(1, self.steps // 4))}
+        every = self.args.check_every
+        return {"max_steps": 10**7, "max_hours": self.budget / 3600, "valid_every": every,
+                "log_every": every}
+
+    def recipe(self, data: str, **overrides: Any) -> dict[str, Any]:
+        """The recipe of `data` ("synthetic" or "multi30k"), its limits and the overrides; a
+        "model" dict merges with the recipe's."""
+        if data == "synthetic":
+            base: dict[str, Any] = dict(SYNTHETIC)
+        else:
+            import yaml
+
+            base = yaml.safe_load((ROOT / "configs" / "multi30k-small.yaml").read_text())
+            base.update(MULTI30K, data_dir=self.args.data_dir)
+        model = {**base.pop("model", {}), **overrides.pop("model", {})}
+        return {**base, **self.limits(), "threads": self.args.threads, "seed": self.args.seed,
+                **overrides, "model": model}
+
+    def train(self, name: str, recipe: dict[str, Any]) -> dict[str, Any]:
+        """Train one variant into OUT/name (a previous run there is replaced) -> its updates,
+        training seconds, parameters, median training tokens/s and log rows."""
+        from qkv.runtime.process import configure_process
+        from qkv.train import Trainer, load_train_config
+
+        cfg = load_train_config(None, recipe)
+        shutil.rmtree(self.out / name, ignore_errors=True)
+        configure_process(threads=cfg.threads)
+        start = time.perf_counter()
+        trainer = Trainer(cfg, self.out / name, overwrite=True)
+        params = sum(p.numel() for p in trainer.model.parameters())
+        result = trainer.train()
+        seconds = time.perf_counter() - start
+        with open(self.out / name / "log.csv", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        speeds = [float(r["tokens_per_s"]) for r in rows if r.get("tokens_per_s")]
+        print(f"  {name}: {result.step} updates, {seconds:.0f} s with data preparation",
+              file=sys.stderr, flush=True)
+        return {"variant": name, "dir": str(self.out / name), "steps": result.step,
+                "train_s": round(last(rows, "elapsed_s") or 0.0, 1), "params": params,
+                "train_tok_s": round(statistics.median(speeds)) if speeds else None, "log": rows}
+
+
+# --- scoring ------------------------------------------------------------------------------------
+
+
+def synthetic_test(recipe: dict[str, Any], n_test: int) -> tuple[list[str], list[str]]:
+    """The demo's test split of this recipe: held-out numbers and every 1- and 2-digit one."""
+    from qkv.data.synthetic import synthetic_splits
+
+    _, _, test = synthetic_splits(recipe["seed"], recipe["synthetic_train"],
+                                  recipe["synthetic_valid"], n_test,
+                                  target=recipe.get("synthetic_target", "en"),
+                                  max_value=recipe["synthetic_max_value"])
+    return test.src, test.tgt
+
+
+def multi30k_valid(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    from qkv.data.named import load_named
+
+    val = load_named("multi30k", "val", "de", "en", args.data_dir)
+    return val.src[: args.n_test], val.tgt[: args.n_test]
+
+
+def translate(model_dir: str, src: list[str]) -> tuple[list[str], float]:
+    """Greedy translations and sentences per second."""
+    from qkv.apps.translator import Translator
+    from qkv.decode.options import DecodeOptions
+
+    translator = Translator.load(model_dir)
+    start = time.perf_counter()
+    hyps = translator.translate(src, DecodeOptions(beam=1))
+    return hyps, len(src) / (time.perf_counter() - start)
+
+
+def score(data: str, model_dir: str, src: list[str], ref: list[str]) -> dict[str, float]:
+    """{"exact_match" % (synthetic) or "bleu" (multi30k), "sent_per_s"} of greedy decoding."""
+    hyps, speed = translate(model_dir, src)
+    if data == "synthetic":
+        right = sum(h == r for h, r in zip(hyps, ref, strict=True))
+        return {"exact_match": round(100 * right / len(ref), 1), "sent_per_s": round(speed, 1)}
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU(trg_lang="en").corpus_score(hyps, [ref]).score
+    return {"bleu": round(bleu, 2), "sent_per_s": round(speed, 1)}
+
+
+def last(rows: list[dict[str, str]], column: str) -> float | None:
+    """The last value of a log.csv column (None if it has none)."""
+    values = [float(r[column]) for r in rows if r.get(column)]
+    return round(values[-1], 4) if values else None
+
+
+# --- the tables ---------------------------------------------------------------------------------
+
+
+def datasets(args: argparse.Namespace) -> list[str]:
+    return ["synthetic", "multi30k"] if args.data_dir else ["synthetic"]
+
+
+def compare(run: Run, variants: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each variant (name -> recipe overrides) on each dataset: trained, then scored greedily."""
+    rows = []
+    for data in datasets(run.args):
+        for name, overrides in variants.items():
+            recipe = run.recipe(data, **overrides)
+            result = run.train(f"{data}-{name}", recipe)
+            if data == "synthetic":
+                src, ref = synthetic_test(recipe, run.args.n_test)
+            else:
+                src, ref = multi30k_valid(run.args)
+            rows.append({"data": data, **result, "variant": name,
+                         **score(data, result["dir"], src, ref),
+                         "valid_loss": last(result["log"], "valid_loss")})
+    return rows
+
+
+def table_transformer_vs_rnn(run: Run) -> list[dict[str, Any]]:
+    rnn = {"model": {"arch": "rnn", "n_encoder_layers": 1, "n_decoder_layers": 1}}
+    return compare(run, {"transformer": {}, "gru-bahdanau": rnn})
+
+
+def table_scores(run: Run) -> list[dict[str, Any]]:
+    kinds = ("scaled_dot", "dot", "additive", "bilinear")
+    return compare(run, {k: {"model": {"attention": k}} for k in kinds})
+
+
+POSITIONS = ("none", "sinusoidal", "learned", "rope", "relative", "alibi")
+
+
+def table_positions(run: Run) -> list[dict[str, Any]]:
+    return compare(run, {k: {"model": {"positional": k}} for k in POSITIONS})
+
+
+def table_heads(run: Run) -> list[dict[str, Any]]:
+    """d_model fixed: the projections have the same size for any number of heads."""
+    return compare(run, {f"{h}-heads": {"model": {"n_heads": h}} for h in (1, 2, 4, 8)})
+
+
+def table_norms(run: Run) -> list[dict[str, Any]]:
+    depth = {"n_encoder_layers": run.args.depth, "n_decoder_layers": run.args.depth}
+    variants = {
+        f"post-layernorm-L{run.args.depth}": {"norm_first": False, "norm": "layernorm"},
+        f"pre-layernorm-L{run.args.depth}": {"norm_first": True, "norm": "layernorm"},
+        f"pre-rmsnorm-L{run.args.depth}": {"norm_first": True, "norm": "rmsnorm"},
+        f"pre-batchnorm-L{run.args.depth}": {"norm_first": True, "norm": "batchnorm"},
+    }
+    return compare(run, {k: {"model": {**depth, **v}} for k, v in variants.items()})
+
+
+def table_extrapolation(run: Run) -> list[dict[str, Any]]:
+    """Trained on up to 6 digits (zh words); exact match on held-out 6-digit numbers and on random
+    7-, 8- and 9-digit ones, per positional scheme."""
+    from qkv.data.synthetic import number_to_chinese
+
+    rng = random.Random(run.args.seed)
+    tests: dict[int, tuple[list[str], list[str]]] = {}
+    for k in (7, 8, 9):
+        numbers = [rng.randint(10 ** (k - 1), 10**k - 1) for _ in range(run.args.n_test)]
+        tests[k] = [" ".join(str(n)) for n in numbers], [number_to_chinese(n) for n in numbers]
+    rows = []
+    for name in POSITIONS:
+        recipe = run.recipe("synthetic", synthetic_target="zh", vocab_size=500,
+                            model={"positional": name})
+        result = run.train(name, recipe)
+        src, ref = synthetic_test(recipe, run.args.n_test)
+        six = [(s, r) for s, r in zip(src, ref, strict=True) if len(s.split()) == 6]
+        tests[6] = [s for s, _ in six], [r for _, r in six]
+        row = {**result}
+        for k in (6, 7, 8, 9):
+            row[f"exact_{k}_digits"] = score("synthetic", result["dir"], *tests[k])["exact_match"]
+        rows.append(row)
+    return rows
+
+
+def table_exposure_bias(run: Run) -> list[dict[str, Any]]:
+    """One run, a checkpoint every steps / points updates; each checkpoint scored on the test
+    split by teacher forcing (token accuracy, whole sentences right) and by greedy decoding."""
+    import torch
+
+    from qkv.apps.translator import Translator
+    from qkv.data.batching import pad_sequences
+    from qkv.data.tokenizer import SubwordTokenizer
+    from qkv.modeldir import WEIGHTS_FILE, load_model_dir, load_weights
+    from qkv.train.checkpoints import list_checkpoints
+
+    if run.steps is None:
+        raise ValueError("exposure-bias counts updates: give --steps")
+    every = max(1, run.steps // run.args.points)
+    recipe = run.recipe("synthetic", valid_every=every, log_every=every,
+                        keep_checkpoints=run.args.points + 1)
+    result = run.train("exposure-bias", recipe)
+    src, ref = synthetic_test(recipe, run.args.n_test)
+    tok = SubwordTokenizer.load(result["dir"])
+    model = load_model_dir(result["dir"]).eval()
+    src_ids = pad_sequences([[*s, tok.eos_id] for s in tok.encode_src(src)], tok.pad_id)
+    tgt = pad_sequences([[tok.bos_id, *t, tok.eos_id] for t in tok.encode_tgt(ref)], tok.pad_id)
+    real = tgt[:, 1:] != tok.pad_id
+    losses = {int(r["step"]): round(float(r["train_loss"]), 4)
+              for r in result["log"] if r.get("train_loss")}
+    rows = []
+    for path in list_checkpoints(Path(result["dir"])):
+        load_weights(path / WEIGHTS_FILE, model)
+        with torch.no_grad():
+            right = (model(src_ids, tgt[:, :-1]).argmax(-1) == tgt[:, 1:]) | ~real  # (B, T)
+        token_acc = right[real].float().mean().item()
+        hyps = Translator(model, tok).translate(src)
+        step = int(path.name.split("_")[-1])
+        mean_len = real.sum(1).float().mean().item()
+        rows.append({
+            "step": step, "train_loss": losses.get(step),
+            "tf_token_acc": round(100 * token_acc, 2),
+            "tf_acc^len": round(100 * token_acc**mean_len, 1),
+            "tf_sentences_right": round(100 * right.all(1).float().mean().item(), 1),
+            "greedy_exact_match": round(100 * sum(h == r for h, r in zip(hyps, ref, strict=True))
+                                        / len(ref), 1),
+        })
+    return rows
+
+
+def table_lm(run: Run) -> list[dict[str, Any]]:
+    """A decoder-only LM on the Multi30k English side (synthetic: the number words): validation
+    perplexity and captions sampled from a few prompts."""
+    from qkv.apps.generate import Generator
+    from qkv.decode.options import DecodeOptions
+
+    if run.args.data_dir:
+        recipe = run.recipe("multi30k", task="lm", src_lang="en", tgt_lang=None)
+        prompts = ["A man", "Two dogs", "A woman in a red", "Children"]
+    else:
+        recipe = run.recipe("synthetic", task="lm")
+        prompts = ["four", "twenty", "nine hundred"]
+    result = run.train("lm", recipe)
+    generator = Generator.load(result["dir"])
+    options = DecodeOptions(beam=1, sampling=True, temperature=0.8, top_k=40, seed=run.args.seed,
+                            max_len_a=0.0, max_len_b=30)
+    samples = generator.generate(prompts, options)
+    return [{**result, "valid_ppl": last(result["log"], "valid_ppl"),
+             "samples": " / ".join(f"{p} → {s}" for p, s in zip(prompts, samples, strict=True))}]
+
+
+def language_id_data(run: Run) -> tuple[Path, Path, Path]:
+    """TSVs of text<TAB>language (train, valid) and the training texts for mlm: Multi30k's de, en,
+    fr and cs lines (`--n-train` per language), or the synthetic number words in en and zh."""
+    from qkv.data.named import named_paths
+    from qkv.data.synthetic import synthetic_corpus
+
+    data: dict[str, dict[str, list[str]]] = {"train": {}, "valid": {}}
+    if run.args.data_dir:
+        for lang in ("de", "en", "fr", "cs"):
+            for split, name in (("train", "train"), ("valid", "val")):
+                other = "en" if lang != "en" else "de"
+                path, _ = named_paths("multi30k", name, lang, other, run.args.data_dir)
+                with gzip.open(path, "rt", encoding="utf-8") as f:
+                    lines = [line.strip() for line in f if line.strip()]
+                # the languages are line-aligned translations: each takes its own share of lines
+                i = ("de", "en", "fr", "cs").index(lang)
+                n = run.args.n_train if split == "train" else run.args.n_test
+                data[split][lang] = lines[i::4][:n]
+    else:
+        for lang in ("en", "zh"):
+            data["train"][lang] = synthetic_corpus(run.args.n_train, 1, lang).tgt
+            data["valid"][lang] = synthetic_corpus(run.args.n_test, 2, lang).tgt
+    paths = []
+    for split in ("train", "valid"):
+        path = run.out / f"langid.{split}.tsv"
+        lines = [f"{t}\t{lang}" for lang, texts in data[split].items() for t in texts]
+        random.Random(run.args.seed).shuffle(lines)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        paths.append(path)
+    text = run.out / "langid.train.txt"
+    text.write_text("\n".join(t for texts in data["train"].values() for t in texts) + "\n",
+                    encoding="utf-8")
+    return paths[0], paths[1], text
+
+
+def table_classify(run: Run) -> list[dict[str, Any]]:
+    """Language ID, from scratch and from an mlm model trained on the same texts (its updates
+    listed in the row)."""
+    train_tsv, valid_tsv, text = language_id_data(run)
+    shared = {"preset": "tiny", "vocab_size": 2000, "max_tokens": 4096, "schedule": "inverse_sqrt",
+              "lr": 1e-3, "warmup": 200, "tensorboard": False, "keep_checkpoints": 1, "corpus": None,
+              **run.limits(), "threads": run.args.threads, "seed": run.args.seed}
+    mlm = run.train("mlm", {**shared, "task": "mlm", "train_text": str(text)})
+    rows = []
+    for name, init in (("scratch", None), ("from-mlm", mlm["dir"])):
+        recipe = {**shared, "task": "classify", "train_tsv": str(train_tsv),
+                  "valid_tsv": str(valid_tsv), "init_from": init}
+        result = run.train(f"classify-{name}", recipe)
+        rows.append({**result, "pretraining_steps": mlm["steps"] if init else 0,
+                     "accuracy": last(result["log"], "valid_accuracy"),
+                     "macro_f1": last(result["log"], "valid_macro_f1")})
+    return rows
+
+
+TABLES: dict[str, Callable[[Run], list[dict[str, Any]]]] = {
+    "transformer-vs-rnn": table_transformer_vs_rnn, "scores": table_scores,
+    "positions": table_positions, "extrapolation": table_extrapolation,
+    "exposure-bias": table_exposure_bias, "heads": table_heads, "norms": table_norms,
+    "lm": table_lm, "classify": table_classify,
+}
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of the rows' columns (the training logs and directories left out)."""
+    columns = list(dict.fromkeys(c for r in rows for c in r if c not in ("log", "dir")))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = ["—" if row.get(c) is None else str(row.get(c)) for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("table", choices=list(TABLES))
+    p.add_argument("--out", default="runs/variants", help="run directories and TABLE.json")
+    p.add_argument("--data-dir", help="named corpora (Multi30k); without it, the synthetic task only")
+    limit = p.add_mutually_exclusive_group()
+    limit.add_argument("--budget", type=float, help="wall-clock seconds of training per variant")
+    limit.add_argument("--steps", type=int, help="updates per variant")
+    p.add_argument("--check-every", type=int, default=50,
+                   help="with --budget: updates between checkpoints (where the budget is checked)")
+    p.add_argument("--n-test", type=int, default=300, help="test sentences (numbers, lines)")
+    p.add_argument("--n-train", type=int, default=5000, help="classify: training lines per language")
+    p.add_argument("--points", type=int, default=10, help="exposure-bias: checkpoints scored")
+    p.add_argument("--depth", type=int, default=6, help="norms: encoder and decoder layers")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1234)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    run = Run(args)
+    run.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    rows = TABLES[args.table](run)
+    total = time.perf_counter() - start
+    (run.out / f"{args.table}.json").write_text(
+        json.dumps([{k: v for k, v in r.items() if k != "log"} for r in rows], indent=1))
+    limit_text = (f"{run.budget:g} s of training per variant (equal CPU time)" if run.budget
+                  else f"{run.steps} updates per variant (equal updates)")
+    print(f"### {args.table}\n")
+    print(f"command: `python {shlex.join(['benchmarks/variants.py', *sys.argv[1:]])}`  ")
+    print(f"machine: {common.describe(common.machine(), common.versions('torch'))}  ")
+    print(f"budget: {limit_text}, {args.threads} threads; the table took {total:.0f} s\n")
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        raise SystemExit(main())
