@@ -2,8 +2,8 @@
 machine and prints a markdown table (docs/concepts.md, "The variants, measured").
 
     python benchmarks/variants.py transformer-vs-rnn --budget 900 --data-dir ../shared/data
-    python benchmarks/variants.py scores --steps 1500 [--data-dir ../shared/data]
-    python benchmarks/variants.py positions --steps 1500 [--data-dir ../shared/data]
+    python benchmarks/variants.py scores --steps 1500 [--multi30k-steps 400 --data-dir DIR]
+    python benchmarks/variants.py positions --steps 1500 [--multi30k-steps 400 --data-dir DIR]
     python benchmarks/variants.py extrapolation --steps 3000
     python benchmarks/variants.py exposure-bias --steps 3000 --points 10
     python benchmarks/variants.py heads --steps 1500
@@ -20,8 +20,9 @@ Every variant is one `Trainer` run in this process (`qkv train`'s trainer, the r
 - multi30k (with `--data-dir`): de -> en with configs/multi30k-small.yaml's model; sacreBLEU of greedy
   translations of the first `--n-test` validation sentences (never the test split).
 - `--budget S`: every variant trains S wall-clock seconds (the recipe's `max_hours`, checked at
-  checkpoints every `--check-every` updates): equal CPU time. `--steps N`: N updates each: equal
-  updates. Each table has its default (the real runs: at most ~2 CPU hours per table).
+  checkpoints every `--check-every` updates): equal CPU time. `--steps N`: N updates each (on
+  Multi30k `--multi30k-steps`, as its updates are ~20x the synthetic ones): equal updates. Each
+  table has its default (the real runs: at most ~2 CPU hours per table).
 
 The extrapolation table trains on numbers of up to 6 digits written in Chinese (`zh`): 7- and
 8-digit numbers reuse 万, 千, 百 and 十, which the training numbers contain, while English would need
@@ -79,11 +80,13 @@ class Run:
             args.budget, args.steps = default_budget, default_steps
         self.budget, self.steps = args.budget, args.steps
 
-    def limits(self) -> dict[str, Any]:
-        """The stopping keys: a time budget (equal CPU time) or a number of updates."""
+    def limits(self, data: str = "synthetic") -> dict[str, Any]:
+        """The stopping keys: a time budget (equal CPU time) or a number of updates (on Multi30k,
+        --multi30k-steps)."""
         if self.steps is not None:
-            return {"max_steps": self.steps, "valid_every": self.steps,
-                    "log_every": min(50, self.steps), "warmup": min(200, max(1, self.steps // 4))}
+            steps = self.args.multi30k_steps if data == "multi30k" else self.steps
+            return {"max_steps": steps, "valid_every": steps, "log_every": min(50, steps),
+                    "warmup": min(200, max(1, steps // 4))}
         every = self.args.check_every
         return {"max_steps": 10**7, "max_hours": self.budget / 3600, "valid_every": every,
                 "log_every": every}
@@ -99,7 +102,7 @@ class Run:
             base = yaml.safe_load((ROOT / "configs" / "multi30k-small.yaml").read_text())
             base.update(MULTI30K, data_dir=self.args.data_dir)
         model = {**base.pop("model", {}), **overrides.pop("model", {})}
-        return {**base, **self.limits(), "threads": self.args.threads, "seed": self.args.seed,
+        return {**base, **self.limits(data), "threads": self.args.threads, "seed": self.args.seed,
                 **overrides, "model": model}
 
     def train(self, name: str, recipe: dict[str, Any]) -> dict[str, Any]:
@@ -378,6 +381,7 @@ def table_classify(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
+COMPARED = ("transformer-vs-rnn", "scores", "positions", "heads", "norms")  # synthetic + Multi30k
 TABLES: dict[str, Callable[[Run], list[dict[str, Any]]]] = {
     "transformer-vs-rnn": table_transformer_vs_rnn, "scores": table_scores,
     "positions": table_positions, "extrapolation": table_extrapolation,
@@ -404,6 +408,8 @@ def main() -> int:
     limit = p.add_mutually_exclusive_group()
     limit.add_argument("--budget", type=float, help="wall-clock seconds of training per variant")
     limit.add_argument("--steps", type=int, help="updates per variant")
+    p.add_argument("--multi30k-steps", type=int, default=400,
+                   help="with --steps: the updates of each Multi30k variant (~1.5 s each here)")
     p.add_argument("--check-every", type=int, default=50,
                    help="with --budget: updates between checkpoints (where the budget is checked)")
     p.add_argument("--n-test", type=int, default=300, help="test sentences (numbers, lines)")
@@ -423,6 +429,8 @@ def main() -> int:
         json.dumps([{k: v for k, v in r.items() if k != "log"} for r in rows], indent=1))
     limit_text = (f"{run.budget:g} s of training per variant (equal CPU time)" if run.budget
                   else f"{run.steps} updates per variant (equal updates)")
+    if run.steps is not None and args.data_dir and args.table in COMPARED:
+        limit_text += f", {args.multi30k_steps} on Multi30k"
     print(f"### {args.table}\n")
     print(f"command: `python {shlex.join(['benchmarks/variants.py', *sys.argv[1:]])}`  ")
     print(f"machine: {common.describe(common.machine(), common.versions('torch'))}  ")
