@@ -142,6 +142,7 @@ def test_int8_export_scores_close_to_float32(tokenizers, tmp_path: Path) -> None
     ({"positional": "alibi"}, "no ALiBi in its encoder"),
     ({"attention": "additive"}, "dot-product scores only"),
     ({"attention": "bilinear"}, "dot-product scores only"),
+    ({"norm": "batchnorm"}, "layer and RMS norms only"),
 ])
 def test_what_ctranslate2_cannot_represent_is_refused(overrides, message, tokenizers, tmp_path: Path, capsys) -> None:
     tokenizer = tokenizers[True]
