@@ -183,9 +183,9 @@ def test_log_rows_carry_their_step_when_validation_and_logging_differ(recipe: Re
 
 
 def test_cpu_bf16_autocast_trains_close_to_float32(recipe: Recipe, tmp_path: Path) -> None:
-    """cpu_bf16: the forward runs in bf16 (so the loss differs a little) while the weights stay float32."""
-    fp32 = Trainer(recipe(max_steps=2), tmp_path / "fp32")
-    bf16 = Trainer(recipe(max_steps=2, cpu_bf16=True), tmp_path / "bf16")
+    """precision bf16: the forward runs in bf16 (so the loss differs a little) while the weights stay float32."""
+    fp32 = Trainer(recipe(max_steps=2, precision="fp32"), tmp_path / "fp32")
+    bf16 = Trainer(recipe(max_steps=2, precision="bf16"), tmp_path / "bf16")
     batch = next(fp32._batches())
     loss32, _, _ = fp32.accumulate_gradients([batch])
     loss16, _, _ = bf16.accumulate_gradients([batch])

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from ..config import PRESETS, TransformerConfig, dataclass_from_dict
+from ..runtime.precision import PRECISIONS
 from .distributed import resolve_device
 from .schedule import lr_multiplier
 
@@ -118,10 +119,11 @@ class TrainConfig:
     # torch intra-op threads on the CPU, which `qkv train` sets through configure_process
     # (qkv.runtime.process); None: torch's default
     threads: int | None = None
-    amp: bool = True  # bf16 autocast on CUDA
-    # bf16 autocast on the CPU too (weights stay float32); its speed depends on the CPU's bf16
-    # support (docs/benchmarks.md)
-    cpu_bf16: bool = False
+    # "auto", "fp32" or "bf16": bf16 autocasts forward and loss (weights and optimizer state stay
+    # fp32); "auto" picks bf16 where the device computes it natively (CUDA with bf16, a CPU with
+    # AVX512_BF16 or AMX-BF16) and, on a CPU, the model is at least 256 wide (narrower ones run
+    # slower in bf16, docs/benchmarks.md); `qkv.runtime.precision`
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         self.adam_betas = tuple(self.adam_betas)  # type: ignore[assignment]
@@ -135,6 +137,10 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig: {msg}")
 
         check(self.preset in PRESETS, f"preset={self.preset!r}; choose from {sorted(PRESETS)}")
+        check(
+            self.precision in PRECISIONS,
+            f"precision={self.precision!r}; choose from {', '.join(PRECISIONS)}",
+        )
         check(
             self.subword in ("unigram", "bpe"),
             f"subword={self.subword!r}; choose 'unigram' or 'bpe'",

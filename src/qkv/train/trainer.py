@@ -44,6 +44,7 @@ from ..modeldir import (
     refuse_symlinks,
     save_model_dir,
 )
+from ..runtime.precision import describe_hardware, resolve_precision
 from .checkpoints import (
     RngStates,
     check_checkpoint,
@@ -335,12 +336,14 @@ class Trainer:
         )
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """bf16 autocast on CUDA with cfg.amp, on the CPU with cfg.cpu_bf16; else none."""
-        if self.device.type == "cuda":
-            bf16 = self.cfg.amp
-        else:
-            bf16 = self.cfg.cpu_bf16 and self.device.type == "cpu"
-        if not bf16:
+        """bf16 autocast where cfg.precision resolves to bf16 (self.precision); else none.
+
+        Weights, gradients and optimizer state stay fp32; under autocast the matmuls run in bf16
+        while softmax, log_softmax and layer_norm run in fp32, and the loss is summed in fp32.
+        """
+        d_model = getattr(getattr(self.model, "config", None), "d_model", None)
+        self.precision = resolve_precision(self.cfg.precision, self.device, d_model=d_model)
+        if self.precision == "fp32":
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
@@ -575,7 +578,12 @@ class Trainer:
     def train(self) -> TrainResult:
         """Train to max_steps (or max_epochs, max_hours, early stopping); returns the result."""
         if self.env.is_main:
-            recipe = yaml.safe_dump(self.cfg.to_dict(), sort_keys=False)
+            precision = (
+                f"precision: {self.precision} (setting {self.cfg.precision}; "
+                f"{describe_hardware(self.device)})"
+            )
+            log.info(precision)
+            recipe = f"# {precision}\n" + yaml.safe_dump(self.cfg.to_dict(), sort_keys=False)
             atomic_write_text(self.out / "train_config.yaml", recipe)  # the recipe in effect
             if self.resumed:  # the top-level tokenizer again, from the checkpoint's
                 self.task.tokenizer.save(self.out)
