@@ -1,5 +1,5 @@
-"""The tutorials' claims, measured: each table trains the variants of one choice side by side on this
-machine and prints a markdown table (docs/concepts.md, "The variants, measured").
+"""The tutorials' claims, measured: each table trains the variants of one choice side by side on
+this machine and prints a markdown table (docs/concepts.md, "The variants, measured").
 
     python benchmarks/variants.py transformer-vs-rnn --budget 900 --data-dir ../shared/data
     python benchmarks/variants.py scores --steps 1500 [--multi30k-steps 400 --data-dir DIR]
@@ -17,8 +17,8 @@ Every variant is one `Trainer` run in this process (`qkv train`'s trainer, the r
 - synthetic: `qkv demo`'s task and recipe (numbers in digits -> words, the tiny preset); exact match
   of greedy translations of held-out numbers (the demo's test split, `--n-test` of 3-6 digits and
   every 1- and 2-digit number).
-- multi30k (with `--data-dir`): de -> en with configs/multi30k-small.yaml's model; sacreBLEU of greedy
-  translations of the first `--n-test` validation sentences (never the test split).
+- multi30k (with `--data-dir`): de -> en with configs/multi30k-small.yaml's model; sacreBLEU of
+  greedy translations of the first `--n-test` validation sentences (never the test split).
 - `--budget S`: every variant trains S wall-clock seconds (the recipe's `max_hours`, checked at
   checkpoints every `--check-every` updates): equal CPU time. `--steps N`: N updates each (on
   Multi30k `--multi30k-steps`, as its updates are ~20x the synthetic ones): equal updates. Each
@@ -367,7 +367,8 @@ def table_classify(run: Run) -> list[dict[str, Any]]:
     listed in the row)."""
     train_tsv, valid_tsv, text = language_id_data(run)
     shared = {"preset": "tiny", "vocab_size": 2000, "max_tokens": 4096, "schedule": "inverse_sqrt",
-              "lr": 1e-3, "warmup": 200, "tensorboard": False, "keep_checkpoints": 1, "corpus": None,
+              "lr": 1e-3, "warmup": 200, "tensorboard": False, "keep_checkpoints": 1,
+              "corpus": None,
               **run.limits(), "threads": run.args.threads, "seed": run.args.seed}
     mlm = run.train("mlm", {**shared, "task": "mlm", "train_text": str(text)})
     rows = []
@@ -404,7 +405,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("table", choices=list(TABLES))
     p.add_argument("--out", default="runs/variants", help="run directories and TABLE.json")
-    p.add_argument("--data-dir", help="named corpora (Multi30k); without it, the synthetic task only")
+    p.add_argument("--data-dir",
+                   help="named corpora (Multi30k); without it, the synthetic task only")
     limit = p.add_mutually_exclusive_group()
     limit.add_argument("--budget", type=float, help="wall-clock seconds of training per variant")
     limit.add_argument("--steps", type=int, help="updates per variant")
@@ -413,7 +415,8 @@ def main() -> int:
     p.add_argument("--check-every", type=int, default=50,
                    help="with --budget: updates between checkpoints (where the budget is checked)")
     p.add_argument("--n-test", type=int, default=300, help="test sentences (numbers, lines)")
-    p.add_argument("--n-train", type=int, default=5000, help="classify: training lines per language")
+    p.add_argument("--n-train", type=int, default=5000,
+                   help="classify: training lines per language")
     p.add_argument("--points", type=int, default=10, help="exposure-bias: checkpoints scored")
     p.add_argument("--depth", type=int, default=6, help="norms: encoder and decoder layers")
     p.add_argument("--threads", type=int, default=2)

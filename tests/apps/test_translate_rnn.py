@@ -1,5 +1,5 @@
-"""`qkv translate` and `qkv evaluate` on an `RNNSearch` (GRU + Bahdanau) model directory: the command
-line's translations equal the search functions run on the model one sentence at a time."""
+"""`qkv translate` and `qkv evaluate` on an `RNNSearch` (GRU + Bahdanau) model directory: the
+command line's translations equal the search functions run on the model one sentence at a time."""
 
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ def test_attention_of_an_rnn_translation_is_its_bahdanau_weights(rnn_dir: Path) 
     T, S = len(result.tokens) + 1, len(result.source_tokens)
     assert result.attention.shape == (T, S) and len(result.target_tokens) == T
     model = load_model_dir(rnn_dir).eval()  # the weights of a teacher-forced pass, by the model
-    src = torch.tensor([translator.tokenizer.encode_src([ZH[1]])[0] + [translator.tokenizer.eos_id]])
+    tok = translator.tokenizer
+    src = torch.tensor([[*tok.encode_src([ZH[1]])[0], tok.eos_id]])
     weights = AttentionWeights()
     with torch.no_grad():
         model(src, torch.tensor([[model.config.bos_id, *result.tokens]]), weights=weights)
@@ -75,7 +76,8 @@ def test_attention_of_an_rnn_translation_is_its_bahdanau_weights(rnn_dir: Path) 
     assert result.alignment is not None
 
 
-def test_evaluate_an_rnn_model(rnn_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_evaluate_an_rnn_model(rnn_dir: Path, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "src.zh").write_text("\n".join(ZH[:3]) + "\n", encoding="utf-8")
     (tmp_path / "ref.en").write_text("\n".join(EN[:3]) + "\n", encoding="utf-8")
     argv = ["evaluate", "--model", str(rnn_dir), "--src", str(tmp_path / "src.zh"), "--ref",
@@ -89,6 +91,7 @@ def test_evaluate_an_rnn_model(rnn_dir: Path, tmp_path: Path, capsys: pytest.Cap
 def test_an_ensemble_of_rnn_models_is_refused(rnn_dir: Path, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "in.txt").write_text(EN[0] + "\n", encoding="utf-8")
-    argv = ["translate", "--model", str(rnn_dir), "--model", str(rnn_dir), "--input", str(tmp_path / "in.txt")]
+    argv = ["translate", "--model", str(rnn_dir), "--model", str(rnn_dir),
+            "--input", str(tmp_path / "in.txt")]
     assert main(argv) == 2
     assert "an ensemble takes Transformers only" in capsys.readouterr().err

@@ -200,8 +200,8 @@ def test_the_batchnorm_foil_trains_and_ties_a_sentence_to_its_batch_mates(norm_f
     logits = {}
     for norm in ("layernorm", "batchnorm"):
         torch.manual_seed(0)
-        cfg = TransformerConfig.preset("tiny", src_vocab_size=30, dropout=0.0, attention_dropout=0.0,
-                                       norm=norm, norm_first=norm_first)
+        cfg = TransformerConfig.preset("tiny", src_vocab_size=30, dropout=0.0,
+                                       attention_dropout=0.0, norm=norm, norm_first=norm_first)
         model = Transformer(cfg).train()
         with torch.no_grad():
             together, alone = model(src, tgt)[0], model(src[:1], tgt[:1])[0]
