@@ -269,6 +269,7 @@ def table_exposure_bias(run: Run) -> list[dict[str, Any]]:
     from qkv.apps.translator import Translator
     from qkv.data.batching import pad_sequences
     from qkv.data.tokenizer import SubwordTokenizer
+    from qkv.decode.options import DecodeOptions
     from qkv.modeldir import WEIGHTS_FILE, load_model_dir, load_weights
     from qkv.train.checkpoints import list_checkpoints
 
@@ -292,7 +293,7 @@ def table_exposure_bias(run: Run) -> list[dict[str, Any]]:
         with torch.no_grad():
             right = (model(src_ids, tgt[:, :-1]).argmax(-1) == tgt[:, 1:]) | ~real  # (B, T)
         token_acc = right[real].float().mean().item()
-        hyps = Translator(model, tok).translate(src)
+        hyps = Translator(model, tok).translate(src, DecodeOptions(beam=1))
         step = int(path.name.split("_")[-1])
         mean_len = real.sum(1).float().mean().item()
         rows.append({
