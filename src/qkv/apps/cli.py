@@ -269,7 +269,12 @@ def decode_options(args: argparse.Namespace) -> DecodeOptions:
 def _load_translator(args: argparse.Namespace) -> Translator:
     pack = False if args.no_pack else None
     return Translator.load(
-        args.model, args.device, args.max_src_tokens, quantize=args.quantize, pack=pack
+        args.model,
+        args.device,
+        args.max_src_tokens,
+        quantize=args.quantize,
+        pack=pack,
+        precision=args.precision,
     )
 
 
@@ -449,7 +454,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_process(threads=args.threads)
     pack = False if args.no_pack else None
     models = load_models(
-        args.model, args.pair or (), args.device, args.max_src_tokens, args.quantize, pack
+        args.model,
+        args.pair or (),
+        args.device,
+        args.max_src_tokens,
+        args.quantize,
+        pack,
+        args.precision,
     )
     warm_up(models, options)
     app = create_app(
@@ -468,6 +479,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    from ..runtime.precision import PRECISIONS
     from ..runtime.quantize import QUANTIZATIONS
     from .server import Limits
 
@@ -553,12 +565,20 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, ... (default: cpu)")
     p.add_argument("--quantize", choices=QUANTIZATIONS, help="int8 linear layers (CPU)")
     p.add_argument("--no-pack", action="store_true", help="keep nn.Linear weights as stored")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="weights and compute: fp32, bf16, or auto (bf16 where the device computes it "
+        "natively: AVX512_BF16/AMX CPU, CUDA with bf16) (default: %(default)s)",
+    )
     p.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
     p.add_argument("--access-log", action="store_true", help="log every request")
 
 
 def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments `translate` and `evaluate` share; every default comes from the library."""
+    from ..runtime.precision import PRECISIONS
     from ..runtime.quantize import QUANTIZATIONS
 
     defaults = DecodeOptions()
@@ -622,6 +642,13 @@ def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
         "--no-pack",
         action="store_true",
         help="keep nn.Linear weights as stored (default on the CPU: packed for oneDNN)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="weights and compute: fp32, bf16, or auto (bf16 where the device computes it "
+        "natively: AVX512_BF16/AMX CPU, CUDA with bf16) (default: %(default)s)",
     )
     p.add_argument(
         "--workers",

@@ -145,13 +145,16 @@ class Translator:
         max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS,
         quantize: str | None = None,
         pack: bool | None = None,
+        precision: str = "fp32",
     ) -> Translator:
         """Load a model directory written by `save_model_dir` (weights, config and tokenizer), or a
         list of them as an `Ensemble` (their tokenizers must be the same).
 
         quantize="int8": int8 dynamic quantization of the linear layers, for the CPU
         (`runtime.quantize`). pack: linear weights packed for oneDNN (`runtime.packed`); None packs
-        float32 weights on a CPU that supports it. See `runtime.prepare.prepare_for_decoding`.
+        float32 weights on a CPU that supports it. precision: "fp32", "bf16" or "auto" (bf16 where
+        the device computes it natively, `runtime.precision`). See
+        `runtime.prepare.prepare_for_decoding`.
         """
         directories = list(directory) if isinstance(directory, list | tuple) else [directory]
         if not directories:
@@ -165,7 +168,7 @@ class Translator:
                 raise ValueError(f"{d} holds a {name}; translation needs a Transformer")
             if isinstance(model, RNNSearch) and len(directories) > 1:
                 raise ValueError(f"{d} holds an RNNSearch; an ensemble takes Transformers only")
-            models.append(prepare_for_decoding(model, device, quantize, pack))
+            models.append(prepare_for_decoding(model, device, quantize, pack, precision))
         tokenizer = SubwordTokenizer.load(directories[0])
         for d in directories[1:]:
             if not SubwordTokenizer.load(d).same_as(tokenizer):

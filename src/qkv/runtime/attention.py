@@ -8,8 +8,9 @@ same math:
 * Beams sharing a memory row: the g query rows of a group are stacked along the query axis and
   attend to their memory row in one product, so the memory's keys and values are stored and read
   once per source (the plain model repeats them g times).
-* Few queries on the CPU in eval mode: from `FEW_QUERY_MIN_ROWS` query rows on, with at most
-  `FEW_QUERY_MAX_T` queries per row, two plain matmuls beat the fused kernel's per-call overhead.
+* Few queries on the CPU in eval mode: from `FEW_QUERY_MIN_ROWS` query rows on
+  (`FEW_QUERY_MIN_ROWS_BF16` with bf16 weights), with at most `FEW_QUERY_MAX_T` queries per row,
+  two plain matmuls beat the fused kernel's per-call overhead.
   The query heads of a group share their key/value head, so they are stacked as that head's queries
   (no copy of k, v). The thresholds, and the measurement behind them, are in docs/benchmarks.md.
 
@@ -23,12 +24,16 @@ of stacked queries are laid back out per row.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from ..model.attention import MultiHeadedAttention, softmax_attention
 
 FEW_QUERY_MAX_T = 8  # queries per row (one per step; a sentence's beams stacked)
 FEW_QUERY_MIN_ROWS = 512  # B * H * T query rows from which two matmuls beat the fused kernel
+# bf16: the fused kernel is several times slower than in fp32 for one query a row (AVX512_BF16,
+# torch 2.13: 780 against 180 us at 256 rows) and two bf16 matmuls beat it from about 64 rows
+FEW_QUERY_MIN_ROWS_BF16 = 64
 
 
 class DecodingAttention(MultiHeadedAttention):
@@ -78,7 +83,8 @@ class DecodingAttention(MultiHeadedAttention):
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
         B, H, T, _ = q.shape
-        few = T <= FEW_QUERY_MAX_T and B * H * T >= FEW_QUERY_MIN_ROWS
+        min_rows = FEW_QUERY_MIN_ROWS_BF16 if q.dtype == torch.bfloat16 else FEW_QUERY_MIN_ROWS
+        few = T <= FEW_QUERY_MAX_T and min_rows <= B * H * T
         if self.fused and few and not need_weights and not self.training and q.device.type == "cpu":
             return self._few_queries(q, k, v, mask, bias), None
         return super().attend(q, k, v, mask, bias, need_weights)
@@ -121,4 +127,10 @@ def use_decoding_attention(model: nn.Module) -> nn.Module:
     return model
 
 
-__all__ = ["FEW_QUERY_MAX_T", "FEW_QUERY_MIN_ROWS", "DecodingAttention", "use_decoding_attention"]
+__all__ = [
+    "FEW_QUERY_MAX_T",
+    "FEW_QUERY_MIN_ROWS",
+    "FEW_QUERY_MIN_ROWS_BF16",
+    "DecodingAttention",
+    "use_decoding_attention",
+]

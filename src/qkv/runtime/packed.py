@@ -31,7 +31,8 @@ def packing_available() -> bool:
 
 
 class PackedLinear(nn.Module):
-    """y = x W^T + b with W held in oneDNN's blocked layout (CPU, float32, inference only).
+    """y = x W^T + b with W held in oneDNN's blocked layout (CPU, float32 or bfloat16 as stored,
+    inference only).
 
     x (..., in_features) -> (..., out_features).
     """
@@ -42,9 +43,9 @@ class PackedLinear(nn.Module):
         self.out_features = linear.out_features
         # oneDNN picks the blocking for about `batch_hint` input rows; any number of rows works
         self.packed = torch.ops.mkldnn._reorder_linear_weight(
-            linear.weight.detach().float(), batch_hint
+            linear.weight.detach(), batch_hint
         )
-        self.bias = None if linear.bias is None else linear.bias.detach().float()
+        self.bias = None if linear.bias is None else linear.bias.detach()
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
@@ -66,8 +67,9 @@ def pack_linear_weights(model: nn.Module) -> nn.Module:
         raise RuntimeError(
             "this torch build has no oneDNN packed linear ops (torch.ops.mkldnn); decode unpacked"
         )
-    if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
-        raise ValueError("packed weights are for float32 models on the CPU")
+    dtypes = (torch.float32, torch.bfloat16)
+    if any(p.device.type != "cpu" or p.dtype not in dtypes for p in model.parameters()):
+        raise ValueError("packed weights are for float32 or bfloat16 models on the CPU")
     # (parent, name) pairs, not the layers themselves: each float weight is freed once it is packed
     places = [
         (parent, name)

@@ -11,6 +11,7 @@ from torch import nn
 
 from .attention import use_decoding_attention
 from .packed import pack_linear_weights, packing_available
+from .precision import check_precision, resolve_precision
 from .quantize import QUANTIZATIONS, quantize_int8
 
 
@@ -19,21 +20,32 @@ def prepare_for_decoding(
     device: str | torch.device = "cpu",
     quantize: str | None = None,
     pack: bool | None = None,
+    precision: str = "fp32",
 ) -> nn.Module:
     """The model as decoding runs it, changed in place and put in eval mode.
 
     Always: the decoding attention kernels (`runtime.attention`). Then quantize="int8" swaps the
     linear layers for int8 ones (`runtime.quantize`); otherwise pack=True (or None on a CPU whose
-    torch build supports it) packs the float32 linear weights for oneDNN (`runtime.packed`);
+    torch build supports it) packs the linear weights for oneDNN (`runtime.packed`);
     pack=False leaves nn.Linear. The prepared model still gives attention weights on request (an
     `AttentionWeights` passed to it); with float32 weights, packed or not, they equal the plain
     model's.
+
+    precision ("auto", "fp32", "bf16"; `runtime.precision`): bf16 casts every weight and buffer
+    once, embeddings and output projection included, before packing; the search takes its
+    log-probabilities in fp32 from the bf16 logits. int8 keeps its own kernels: with int8, "auto"
+    means fp32 and "bf16" is refused.
     """
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
     if quantize is not None and pack:
         raise ValueError("choose int8 quantization or packed float32 weights, not both")
+    check_precision(precision)
+    if quantize is not None and precision == "bf16":
+        raise ValueError("choose int8 quantization or bf16 weights, not both")
     model = use_decoding_attention(model.eval())
+    if quantize is None and resolve_precision(precision, device) == "bf16":
+        model = model.to(torch.bfloat16)
     if quantize is not None:
         return quantize_int8(model, inplace=True)  # the float model is not kept
     if pack or (pack is None and torch.device(device).type == "cpu" and packing_available()):

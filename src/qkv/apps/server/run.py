@@ -44,6 +44,7 @@ def load_models(
     max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS,
     quantize: str | None = None,
     pack: bool | None = None,
+    precision: str = "fp32",
 ) -> list[ServedModel]:
     """One `ServedModel` per model directory, each with the pair its config.json records, or the
     pair given for it in `pairs` (one per directory, in order; given ones win)."""
@@ -60,7 +61,7 @@ def load_models(
                 f"{directory} does not record its languages; give them with --pair SRC-TGT "
                 "(e.g. --pair en-de)"
             )
-        translator = Translator.load(directory, device, max_src_tokens, quantize, pack)
+        translator = Translator.load(directory, device, max_src_tokens, quantize, pack, precision)
         models.append(ServedModel(pair[0], pair[1], translator))
     return models
 

@@ -1,0 +1,176 @@
+"""The precision setting (`qkv.runtime.precision`): detection from injected CPU flags, `auto` per device,
+bf16 decoding against fp32 decoding of the same model, the bf16 few-query attention against the fused
+kernel, and the bad values."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor
+
+from qkv.apps.cli import main
+from qkv.apps.translator import Translator
+from qkv.decode import beam_search, greedy
+from qkv.model import MultiHeadedAttention
+from qkv.model.masks import padding_mask
+from qkv.runtime import precision as P
+from qkv.runtime.attention import FEW_QUERY_MIN_ROWS_BF16, DecodingAttention, use_decoding_attention
+from qkv.runtime.packed import PackedLinear, packing_available
+from qkv.runtime.prepare import prepare_for_decoding
+from tiny_models import batch, random_sources, tiny_model
+
+# /proc/cpuinfo excerpts: an AVX-512 CPU with bf16 (AMD Zen 4), one with AMX (Sapphire Rapids), one without
+ZEN4 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_vnni avx512_bf16\n"
+SPR = "processor\t: 0\nflags\t\t: avx2 avx512f amx_tile amx_int8 amx_bf16\nbugs\t\t: spectre_v1\n"
+SKYLAKE = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_vnni\n"
+
+
+def test_detection_reads_the_flags_of_a_cpuinfo_text() -> None:
+    assert P.parse_cpu_flags(ZEN4) >= {"avx512f", "avx512_bf16"}
+    assert "spectre_v1" not in P.parse_cpu_flags(SPR)  # the flags line only
+    assert P.parse_cpu_flags("processor\t: 0\n") == set()
+    assert P.native_bf16("cpu", P.parse_cpu_flags(ZEN4))
+    assert P.native_bf16("cpu", P.parse_cpu_flags(SPR))
+    assert not P.native_bf16("cpu", P.parse_cpu_flags(SKYLAKE))
+    assert P.describe_hardware("cpu", P.parse_cpu_flags(SKYLAKE)) == (
+        "cpu: avx512_bf16- amx_bf16- (no native bf16)"
+    )
+    assert P.describe_hardware("cpu", P.parse_cpu_flags(ZEN4)) == "cpu: avx512_bf16 amx_bf16- (native bf16)"
+
+
+def test_auto_resolves_per_device_and_model_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_bf16, without = P.parse_cpu_flags(ZEN4), P.parse_cpu_flags(SKYLAKE)
+    assert P.resolve_precision("auto", "cpu", with_bf16) == "bf16"
+    assert P.resolve_precision("auto", "cpu", without) == "fp32"
+    assert P.resolve_precision("fp32", "cpu", with_bf16) == "fp32"
+    assert P.resolve_precision("auto", "cpu", with_bf16, d_model=128) == "fp32"  # narrow: measured slower
+    assert P.resolve_precision("auto", "cpu", with_bf16, d_model=P.CPU_BF16_MIN_D_MODEL) == "bf16"
+    assert P.resolve_precision("auto", "mps") == "fp32"
+    for supported in (True, False):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda s=supported: s)
+        expected = "bf16" if supported else "fp32"
+        assert P.resolve_precision("auto", "cuda", d_model=64) == expected  # no width rule on CUDA
+
+
+def test_bf16_without_native_support_runs_with_a_warning() -> None:
+    with pytest.warns(UserWarning, match="emulated"):
+        assert P.resolve_precision("bf16", "cpu", P.parse_cpu_flags(SKYLAKE)) == "bf16"
+
+
+def test_bad_values_are_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match=r"^precision='fp16'; choose from auto, fp32, bf16$"):
+        P.resolve_precision("fp16", "cpu")
+    with pytest.raises(ValueError, match="precision='fp16'"):
+        prepare_for_decoding(tiny_model(), precision="fp16")
+    with pytest.raises(ValueError, match="int8 quantization or bf16"):
+        prepare_for_decoding(tiny_model(), quantize="int8", precision="bf16")
+    with pytest.raises(SystemExit):
+        main(["translate", "--model", str(tmp_path), "--precision", "fp16"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --precision: invalid choice: 'fp16'" in err
+
+
+def test_int8_with_auto_keeps_its_float32_kernels() -> None:
+    model = prepare_for_decoding(tiny_model(), quantize="int8", precision="auto")
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_bf16_decoding_matches_fp32_on_a_random_model() -> None:
+    """Every weight in bf16 (packed where oneDNN is there): logits within 3% of the logit scale of fp32's
+    (bf16 keeps 8 mantissa bits), and the same greedy and beam outputs on these sources."""
+    model = tiny_model(d_model=64, d_ff=128, ending=False)
+    fp32 = prepare_for_decoding(copy.deepcopy(model), precision="fp32")
+    bf16 = prepare_for_decoding(copy.deepcopy(model), precision="bf16")
+    assert all(t.dtype == torch.bfloat16 for t in [*bf16.parameters(), *bf16.buffers()] if t.is_floating_point())
+    if packing_available():
+        linears = [m for m in bf16.modules() if isinstance(m, PackedLinear)]
+        assert linears and all(m.packed.dtype == torch.bfloat16 for m in linears)
+    src = batch(random_sources(8, seed=1, max_len=9))
+    tgt = torch.randint(4, 40, (8, 7))
+    with torch.no_grad():
+        ref, got = fp32(src, tgt), bf16(src, tgt)
+    assert got.dtype == torch.bfloat16
+    err = (got.float() - ref).abs().max()
+    assert 0 < err < 0.03 * ref.abs().max()
+    assert [h.tokens for h in greedy(bf16, src, max_len=12)] == [h.tokens for h in greedy(fp32, src, max_len=12)]
+    assert [n[0].tokens for n in beam_search(bf16, src, beam=3, max_len=12)] == [
+        n[0].tokens for n in beam_search(fp32, src, beam=3, max_len=12)
+    ]
+
+
+def test_bf16_few_query_attention_fires_and_equals_the_fused_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 takes the two-matmul path from FEW_QUERY_MIN_ROWS_BF16 query rows (fp32 not yet), and it gives
+    F.sdpa's output in fp32 to bf16 rounding."""
+    H, Dh, S = 4, 16, 9
+    rows = FEW_QUERY_MIN_ROWS_BF16 // H  # one query each: exactly the threshold
+    mha = use_decoding_attention(MultiHeadedAttention(H * Dh, H)).eval()
+    calls: list[torch.dtype] = []
+    few = DecodingAttention._few_queries
+
+    def counted(self: DecodingAttention, q: Tensor, *args: Tensor | None) -> Tensor:
+        calls.append(q.dtype)
+        return few(self, q, *args)
+
+    monkeypatch.setattr(DecodingAttention, "_few_queries", counted)
+    q, k, v = torch.randn(rows, H, 1, Dh), torch.randn(rows, H, S, Dh), torch.randn(rows, H, S, Dh)
+    ids = torch.ones(rows, S, dtype=torch.long)
+    ids[::3, 5:] = 0
+    mask = padding_mask(ids, 0)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out32, _ = mha.attend(q, k, v, mask, None, need_weights=False)
+    out16, _ = mha.attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, None, need_weights=False)
+    assert calls == [torch.bfloat16]  # fp32 at these rows: the fused kernel
+    torch.testing.assert_close(out32, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out16.float(), expected, atol=0.03, rtol=0.02)
+    calls.clear()
+    mha.attend(q[:-1].bfloat16(), k[:-1].bfloat16(), v[:-1].bfloat16(), mask[:-1], None, need_weights=False)
+    assert calls == []  # one row below the threshold
+
+
+def test_translate_precision_bf16_is_translator_load_bf16(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from qkv.data.tokenizer import SubwordTokenizer
+    from qkv.modeldir import save_model_dir
+    from sentences import EN, ZH
+
+    tokenizer = SubwordTokenizer.train(EN, ZH, tmp_path / "m", vocab_size=500)
+    directory = save_model_dir(tmp_path / "m", tiny_model(ending=False, src_vocab_size=tokenizer.src_vocab_size), tokenizer)
+    (tmp_path / "in.txt").write_text("\n".join(EN[:3]) + "\n", encoding="utf-8")
+    fast = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "4"]
+    assert main(["translate", "--model", str(directory), "--input", str(tmp_path / "in.txt"), *fast,
+                 "--precision", "bf16"]) == 0
+    translator = Translator.load(directory, precision="bf16")
+    assert next(translator.model.parameters()).dtype == torch.bfloat16
+    from qkv.decode.options import DecodeOptions
+
+    expected = translator.translate(EN[:3], DecodeOptions(beam=2, max_len_a=0.5, max_len_b=4))
+    assert capsys.readouterr().out.splitlines() == expected
+
+
+@pytest.mark.slow
+def test_bf16_decoding_of_a_trained_demo_model_equals_fp32_on_held_out_numbers(tmp_path: Path) -> None:
+    """The demo's number task, trained briefly (300 updates, about 80% exact match): greedy and beam 4 bf16
+    translations of its 300 test numbers (200 held out, every 1- and 2-digit one) equal the fp32 ones on
+    at least 99%."""
+    from qkv.apps.demo import demo_config, run_demo
+    from qkv.data.synthetic import synthetic_splits
+    from qkv.decode.options import DecodeOptions
+
+    recipe = {"synthetic_max_value": 9999, "synthetic_train": 3000, "synthetic_valid": 20, "valid_every": 300,
+              "threads": 1}
+    run_demo(tmp_path / "demo", steps=300, n_test=200, **recipe)
+    cfg = demo_config(steps=300, **recipe)
+    _, _, test = synthetic_splits(cfg.seed, cfg.synthetic_train, cfg.synthetic_valid, 200,
+                                  target=cfg.synthetic_target, max_value=cfg.synthetic_max_value)
+    fp32 = Translator.load(tmp_path / "demo", precision="fp32")
+    bf16 = Translator.load(tmp_path / "demo", precision="bf16")
+    for beam in (1, 4):
+        a = fp32.translate(test.src, DecodeOptions(beam=beam))
+        b = bf16.translate(test.src, DecodeOptions(beam=beam))
+        same = sum(x == y for x, y in zip(a, b, strict=True))
+        assert len(a) == 300 and same >= 0.99 * len(a), (beam, same)
