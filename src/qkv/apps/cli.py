@@ -268,7 +268,7 @@ def decode_options(args: argparse.Namespace) -> DecodeOptions:
 
 def _load_translator(args: argparse.Namespace) -> Translator:
     pack = False if args.no_pack else None
-    return Translator.load(
+    translator = Translator.load(
         args.model,
         args.device,
         args.max_src_tokens,
@@ -276,6 +276,21 @@ def _load_translator(args: argparse.Namespace) -> Translator:
         pack=pack,
         precision=args.precision,
     )
+    _print_precision(args, translator)
+    return translator
+
+
+def _print_precision(args: argparse.Namespace, translator: Translator) -> None:
+    """On stderr, unless --precision fp32: what it resolved to, and the device's bf16 support."""
+    if args.precision == "fp32":
+        return
+    import torch
+
+    from ..runtime.precision import describe_hardware
+
+    bf16 = next(translator.model.parameters()).dtype == torch.bfloat16
+    hardware = describe_hardware(args.device)
+    print(f"precision {args.precision}: {'bf16' if bf16 else 'fp32'} ({hardware})", file=sys.stderr)
 
 
 def _translate_lines(
@@ -462,6 +477,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         pack,
         args.precision,
     )
+    _print_precision(args, models[0].translator)
     warm_up(models, options)
     app = create_app(
         models,
