@@ -10,7 +10,8 @@ same math:
   once per source (the plain model repeats them g times).
 * Few queries on the CPU in eval mode: from `FEW_QUERY_MIN_ROWS` query rows on
   (`FEW_QUERY_MIN_ROWS_BF16` with bf16 weights), with at most `FEW_QUERY_MAX_T` queries per row,
-  two plain matmuls beat the fused kernel's per-call overhead.
+  two plain matmuls beat the fused kernel's per-call overhead. bf16 with fewer rows runs the fused
+  kernel in fp32 (q, k, v cast up, the output cast back): faster than its bf16 version.
   The query heads of a group share their key/value head, so they are stacked as that head's queries
   (no copy of k, v). The thresholds, and the measurement behind them, are in docs/benchmarks.md.
 
@@ -32,7 +33,8 @@ from ..model.attention import MultiHeadedAttention, softmax_attention
 FEW_QUERY_MAX_T = 8  # queries per row (one per step; a sentence's beams stacked)
 FEW_QUERY_MIN_ROWS = 512  # B * H * T query rows from which two matmuls beat the fused kernel
 # bf16: the fused kernel is several times slower than in fp32 for one query a row (AVX512_BF16,
-# torch 2.13: 780 against 180 us at 256 rows) and two bf16 matmuls beat it from about 64 rows
+# torch 2.13: 780 against 180 us at 256 rows); two bf16 matmuls beat it from about 64 rows, and
+# below that the fp32 fused kernel on q, k, v cast up does (batch 1: 22-29 against 31-54 us)
 FEW_QUERY_MIN_ROWS_BF16 = 64
 
 
@@ -83,10 +85,16 @@ class DecodingAttention(MultiHeadedAttention):
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
         B, H, T, _ = q.shape
-        min_rows = FEW_QUERY_MIN_ROWS_BF16 if q.dtype == torch.bfloat16 else FEW_QUERY_MIN_ROWS
-        few = T <= FEW_QUERY_MAX_T and min_rows <= B * H * T
-        if self.fused and few and not need_weights and not self.training and q.device.type == "cpu":
-            return self._few_queries(q, k, v, mask, bias), None
+        bf16 = q.dtype == torch.bfloat16
+        fast = self.fused and not need_weights and not self.training and q.device.type == "cpu"
+        if fast and T <= FEW_QUERY_MAX_T:
+            min_rows = FEW_QUERY_MIN_ROWS_BF16 if bf16 else FEW_QUERY_MIN_ROWS
+            if min_rows <= B * H * T:
+                return self._few_queries(q, k, v, mask, bias), None
+            if bf16:  # fewer rows: the fp32 fused kernel beats the bf16 one, casts included
+                bias = None if bias is None else bias.float()
+                out, _ = super().attend(q.float(), k.float(), v.float(), mask, bias, False)
+                return out.to(q.dtype), None
         return super().attend(q, k, v, mask, bias, need_weights)
 
     def _few_queries(
