@@ -75,5 +75,8 @@ def all_gather(value: T, env: DistEnv) -> list[T]:
 
 
 def cleanup(env: DistEnv) -> None:
+    """Leave the process group once every rank is done: a rank that tears its gloo group down while
+    another still uses it can be aborted ("terminate called without an active exception")."""
     if env.enabled and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
