@@ -20,9 +20,10 @@ Every variant is one `Trainer` run in this process (`qkv train`'s trainer, the r
 - multi30k (with `--data-dir`): de -> en with configs/multi30k-small.yaml's model; sacreBLEU of
   greedy translations of the first `--n-test` validation sentences (never the test split).
 - `--budget S`: every variant trains S wall-clock seconds (the recipe's `max_hours`, checked at
-  checkpoints every `--check-every` updates): equal CPU time. `--steps N`: N updates each (on
-  Multi30k `--multi30k-steps`, as its updates are ~20x the synthetic ones): equal updates. Each
-  table has its default (the real runs: at most ~2 CPU hours per table).
+  checkpoints every `--check-every` updates; on Multi30k `--multi30k-budget` if given): equal CPU
+  time. `--steps N`: N updates each (on Multi30k `--multi30k-steps`, as its updates are ~20x the
+  synthetic ones): equal updates. Each table has its default (the real runs: at most ~2 CPU hours
+  per table).
 
 The extrapolation table trains on numbers of up to 6 digits written in Chinese (`zh`): 7- and
 8-digit numbers reuse 万, 千, 百 and 十, which the training numbers contain, while English would need
@@ -88,8 +89,9 @@ class Run:
             return {"max_steps": steps, "valid_every": steps, "log_every": min(50, steps),
                     "warmup": min(200, max(1, steps // 4))}
         every = self.args.check_every
-        return {"max_steps": 10**7, "max_hours": self.budget / 3600, "valid_every": every,
-                "log_every": every}
+        budget = self.args.multi30k_budget if data == "multi30k" else None
+        return {"max_steps": 10**7, "max_hours": (budget or self.budget) / 3600,
+                "valid_every": every, "log_every": every}
 
     def recipe(self, data: str, **overrides: Any) -> dict[str, Any]:
         """The recipe of `data` ("synthetic" or "multi30k"), its limits and the overrides; a
@@ -413,6 +415,8 @@ def main() -> int:
     limit.add_argument("--steps", type=int, help="updates per variant")
     p.add_argument("--multi30k-steps", type=int, default=400,
                    help="with --steps: the updates of each Multi30k variant (~1.5 s each here)")
+    p.add_argument("--multi30k-budget", type=float,
+                   help="with --budget: the seconds of each Multi30k variant (default: --budget)")
     p.add_argument("--check-every", type=int, default=50,
                    help="with --budget: updates between checkpoints (where the budget is checked)")
     p.add_argument("--n-test", type=int, default=300, help="test sentences (numbers, lines)")
@@ -435,6 +439,8 @@ def main() -> int:
                   else f"{run.steps} updates per variant (equal updates)")
     if run.steps is not None and args.data_dir and args.table in COMPARED:
         limit_text += f", {args.multi30k_steps} on Multi30k"
+    elif run.budget and args.multi30k_budget and args.data_dir and args.table in COMPARED:
+        limit_text += f", {args.multi30k_budget:g} s on Multi30k"
     print(f"### {args.table}\n")
     print(f"command: `python {shlex.join(['benchmarks/variants.py', *sys.argv[1:]])}`  ")
     print(f"machine: {common.describe(common.machine(), common.versions('torch'))}  ")
