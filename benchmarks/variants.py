@@ -263,9 +263,21 @@ def table_extrapolation(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
+def edit_distance(a: list[int], b: list[int]) -> int:
+    """Levenshtein distance between two token sequences (insertions, deletions, substitutions)."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        diagonal, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (x != y))
+    return row[-1]
+
+
 def table_exposure_bias(run: Run) -> list[dict[str, Any]]:
     """One run, a checkpoint every steps / points updates; each checkpoint scored on the test
-    split by teacher forcing (token accuracy, whole sentences right) and by greedy decoding."""
+    split by teacher forcing (token accuracy, whole sentences right) and by greedy decoding (whole
+    sentences right, and its token accuracy: 1 - token edit distance / reference tokens, the
+    tokens it gets right when it feeds on its own output)."""
     import torch
 
     from qkv.apps.translator import Translator
@@ -287,6 +299,8 @@ def table_exposure_bias(run: Run) -> list[dict[str, Any]]:
     src_ids = pad_sequences([[*s, tok.eos_id] for s in tok.encode_src(src)], tok.pad_id)
     tgt = pad_sequences([[tok.bos_id, *t, tok.eos_id] for t in tok.encode_tgt(ref)], tok.pad_id)
     real = tgt[:, 1:] != tok.pad_id
+    ref_ids = tok.encode_tgt(ref)
+    ref_tokens = sum(len(r) for r in ref_ids)
     losses = {int(r["step"]): round(float(r["train_loss"]), 4)
               for r in result["log"] if r.get("train_loss")}
     rows = []
@@ -296,6 +310,8 @@ def table_exposure_bias(run: Run) -> list[dict[str, Any]]:
             right = (model(src_ids, tgt[:, :-1]).argmax(-1) == tgt[:, 1:]) | ~real  # (B, T)
         token_acc = right[real].float().mean().item()
         hyps = Translator(model, tok).translate(src, DecodeOptions(beam=1))
+        edits = sum(edit_distance(h, r) for h, r in zip(tok.encode_tgt(hyps), ref_ids,
+                                                         strict=True))
         step = int(path.name.split("_")[-1])
         mean_len = real.sum(1).float().mean().item()
         rows.append({
@@ -305,6 +321,7 @@ def table_exposure_bias(run: Run) -> list[dict[str, Any]]:
             "tf_sentences_right": round(100 * right.all(1).float().mean().item(), 1),
             "greedy_exact_match": round(100 * sum(h == r for h, r in zip(hyps, ref, strict=True))
                                         / len(ref), 1),
+            "greedy_token_acc": round(100 * (1 - edits / ref_tokens), 2),
         })
     return rows
 

@@ -3,10 +3,15 @@ the markdown table it prints (the real runs take up to ~2 CPU hours per table)."
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,3 +30,35 @@ def test_the_heads_table_runs_at_two_updates(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "heads.json").read_text())
     assert [r["steps"] for r in saved] == [2] * 4
     assert len({r["params"] for r in saved}) == 1  # equal parameters for any number of heads
+
+
+def test_the_multi30k_budget_replaces_the_budget_on_multi30k_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import variants
+
+    args = argparse.Namespace(table="transformer-vs-rnn", budget=120.0, steps=None,
+                              multi30k_budget=480.0, check_every=50, out="unused")
+    run = variants.Run(args)
+    assert run.limits("synthetic")["max_hours"] == 120 / 3600
+    assert run.limits("multi30k")["max_hours"] == 480 / 3600
+    args.multi30k_budget = None
+    assert run.limits("multi30k")["max_hours"] == 120 / 3600
+
+
+def test_edit_distance_equals_the_recursive_definition(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import variants
+
+    @functools.cache
+    def levenshtein(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+        if not a or not b:
+            return len(a) + len(b)
+        return min(levenshtein(a[1:], b) + 1, levenshtein(a, b[1:]) + 1,
+                   levenshtein(a[1:], b[1:]) + (a[0] != b[0]))
+
+    rng = random.Random(0)
+    for _ in range(200):
+        a = [rng.randrange(3) for _ in range(rng.randrange(7))]
+        b = [rng.randrange(3) for _ in range(rng.randrange(7))]
+        assert variants.edit_distance(a, b) == levenshtein(tuple(a), tuple(b))
