@@ -189,20 +189,41 @@ def datasets(args: argparse.Namespace) -> list[str]:
 
 
 def compare(run: Run, variants: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each variant (name -> recipe overrides) on each dataset: trained, then scored greedily."""
+    """Each variant (name -> recipe overrides) on each dataset: trained, then scored greedily. On
+    the synthetic task with --seeds N: N runs (seeds seed, seed + 1, ...; each seed its own data
+    split, shared by the variants), the medians and every run's score."""
     rows = []
     for data in datasets(run.args):
+        seeds = range(run.args.seed, run.args.seed + (run.args.seeds if data == "synthetic" else 1))
         for name, overrides in variants.items():
-            recipe = run.recipe(data, **overrides)
-            result = run.train(f"{data}-{name}", recipe)
-            if data == "synthetic":
-                src, ref = synthetic_test(recipe, run.args.n_test)
-            else:
-                src, ref = multi30k_valid(run.args)
-            rows.append({"data": data, **result, "variant": name,
-                         **score(data, result["dir"], src, ref),
-                         "valid_loss": last(result["log"], "valid_loss")})
+            runs = []
+            for seed in seeds:
+                recipe = run.recipe(data, seed=seed, **overrides)
+                suffix = f"-seed{seed}" if len(seeds) > 1 else ""
+                result = run.train(f"{data}-{name}{suffix}", recipe)
+                if data == "synthetic":
+                    src, ref = synthetic_test(recipe, run.args.n_test)
+                else:
+                    src, ref = multi30k_valid(run.args)
+                runs.append({**result, **score(data, result["dir"], src, ref),
+                             "valid_loss": last(result["log"], "valid_loss")})
+            rows.append({"data": data, **median_row(runs), "variant": name})
     return rows
+
+
+def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row of a variant's runs: each number's median; with several runs, every run's score
+    (exact match or BLEU) too."""
+    row = dict(runs[0])
+    for key, value in row.items():
+        if isinstance(value, int | float) and key != "params":
+            median = statistics.median(r[key] for r in runs if r[key] is not None)
+            row[key] = int(median) if isinstance(value, int) else round(median, 4)
+    if len(runs) > 1:
+        metric = "exact_match" if "exact_match" in row else "bleu"
+        row["seeds"] = len(runs)
+        row[f"{metric}_per_seed"] = " / ".join(f"{r[metric]:g}" for r in runs)
+    return row
 
 
 def table_transformer_vs_rnn(run: Run) -> list[dict[str, Any]]:
@@ -441,6 +462,8 @@ def main() -> int:
                    help="classify: training lines per language")
     p.add_argument("--points", type=int, default=10, help="exposure-bias: checkpoints scored")
     p.add_argument("--depth", type=int, default=6, help="norms: encoder and decoder layers")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="synthetic variants of the compared tables: runs per variant (medians)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args()
@@ -458,6 +481,8 @@ def main() -> int:
         limit_text += f", {args.multi30k_steps} on Multi30k"
     elif run.budget and args.multi30k_budget and args.data_dir and args.table in COMPARED:
         limit_text += f", {args.multi30k_budget:g} s on Multi30k"
+    if args.seeds > 1 and args.table in COMPARED:
+        limit_text += f"; {args.seeds} seeds per synthetic variant (medians)"
     print(f"### {args.table}\n")
     print(f"command: `python {shlex.join(['benchmarks/variants.py', *sys.argv[1:]])}`  ")
     print(f"machine: {common.describe(common.machine(), common.versions('torch'))}  ")

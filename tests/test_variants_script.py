@@ -62,3 +62,15 @@ def test_edit_distance_equals_the_recursive_definition(monkeypatch: pytest.Monke
         a = [rng.randrange(3) for _ in range(rng.randrange(7))]
         b = [rng.randrange(3) for _ in range(rng.randrange(7))]
         assert variants.edit_distance(a, b) == levenshtein(tuple(a), tuple(b))
+
+
+def test_a_variants_runs_make_one_row_of_medians(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import variants
+
+    runs = [{"variant": "a", "steps": s, "params": 7, "exact_match": m, "valid_loss": v}
+            for s, m, v in ((10, 50.0, 1.0), (12, 100.0, None), (11, 0.5, 3.0))]
+    row = variants.median_row(runs)
+    assert row == {"variant": "a", "steps": 11, "params": 7, "exact_match": 50.0,
+                   "valid_loss": 2.0, "seeds": 3, "exact_match_per_seed": "50 / 100 / 0.5"}
+    assert variants.median_row(runs[:1]) == runs[0]
