@@ -368,58 +368,65 @@ def table_lm(run: Run) -> list[dict[str, Any]]:
              "samples": " / ".join(f"{p} → {s}" for p, s in zip(prompts, samples, strict=True))}]
 
 
-def language_id_data(run: Run) -> tuple[Path, Path, Path]:
-    """TSVs of text<TAB>language (train, valid) and the training texts for mlm: Multi30k's de, en,
-    fr and cs lines (`--n-train` per language), or the synthetic number words in en and zh."""
+def language_id_data(run: Run) -> tuple[dict[int, Path], Path, Path]:
+    """Language ID data: TSVs of text<TAB>language with `n` labelled lines per language for each
+    `n` of --n-train, the validation TSV, and the unlabelled training texts for mlm (every
+    training line, --n-unlabelled per language if given). Multi30k's de, en, fr and cs lines (the
+    languages are line-aligned translations: each takes its own quarter of the lines), or the
+    synthetic number words in en and zh."""
     from qkv.data.named import named_paths
     from qkv.data.synthetic import synthetic_corpus
 
-    data: dict[str, dict[str, list[str]]] = {"train": {}, "valid": {}}
+    pool: dict[str, dict[str, list[str]]] = {"train": {}, "valid": {}}
     if run.args.data_dir:
-        for lang in ("de", "en", "fr", "cs"):
+        languages = ("de", "en", "fr", "cs")
+        for lang in languages:
             for split, name in (("train", "train"), ("valid", "val")):
                 other = "en" if lang != "en" else "de"
                 path, _ = named_paths("multi30k", name, lang, other, run.args.data_dir)
                 with gzip.open(path, "rt", encoding="utf-8") as f:
                     lines = [line.strip() for line in f if line.strip()]
-                # the languages are line-aligned translations: each takes its own share of lines
-                i = ("de", "en", "fr", "cs").index(lang)
-                n = run.args.n_train if split == "train" else run.args.n_test
-                data[split][lang] = lines[i::4][:n]
+                pool[split][lang] = lines[languages.index(lang)::4]
     else:
+        n = max(*run.args.n_train, run.args.n_unlabelled or 0)
         for lang in ("en", "zh"):
-            data["train"][lang] = synthetic_corpus(run.args.n_train, 1, lang).tgt
-            data["valid"][lang] = synthetic_corpus(run.args.n_test, 2, lang).tgt
-    paths = []
-    for split in ("train", "valid"):
-        path = run.out / f"langid.{split}.tsv"
-        lines = [f"{t}\t{lang}" for lang, texts in data[split].items() for t in texts]
+            pool["train"][lang] = synthetic_corpus(n, 1, lang).tgt
+            pool["valid"][lang] = synthetic_corpus(run.args.n_test, 2, lang).tgt
+
+    def tsv(name: str, texts: dict[str, list[str]], n: int) -> Path:
+        lines = [f"{t}\t{lang}" for lang, ts in texts.items() for t in ts[:n]]
         random.Random(run.args.seed).shuffle(lines)
+        path = run.out / name
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        paths.append(path)
-    text = run.out / "langid.train.txt"
-    text.write_text("\n".join(t for texts in data["train"].values() for t in texts) + "\n",
-                    encoding="utf-8")
-    return paths[0], paths[1], text
+        return path
+
+    train = {n: tsv(f"langid.train{n}.tsv", pool["train"], n) for n in run.args.n_train}
+    valid = tsv("langid.valid.tsv", pool["valid"], run.args.n_test)
+    unlabelled = [t for ts in pool["train"].values() for t in ts[: run.args.n_unlabelled]]
+    text = run.out / "langid.unlabelled.txt"
+    text.write_text("\n".join(unlabelled) + "\n", encoding="utf-8")
+    return train, valid, text
 
 
 def table_classify(run: Run) -> list[dict[str, Any]]:
-    """Language ID, from scratch and from an mlm model trained on the same texts (its updates
-    listed in the row)."""
-    train_tsv, valid_tsv, text = language_id_data(run)
+    """Language ID with each --n-train labelled lines per language, from scratch and from an mlm
+    model trained on the unlabelled training lines (its updates listed in the row)."""
+    train_tsvs, valid_tsv, text = language_id_data(run)
     shared = {"preset": "tiny", "vocab_size": 2000, "max_tokens": 4096, "schedule": "inverse_sqrt",
               "lr": 1e-3, "warmup": 200, "tensorboard": False, "keep_checkpoints": 1,
               "corpus": None,
               **run.limits(), "threads": run.args.threads, "seed": run.args.seed}
     mlm = run.train("mlm", {**shared, "task": "mlm", "train_text": str(text)})
     rows = []
-    for name, init in (("scratch", None), ("from-mlm", mlm["dir"])):
-        recipe = {**shared, "task": "classify", "train_tsv": str(train_tsv),
-                  "valid_tsv": str(valid_tsv), "init_from": init}
-        result = run.train(f"classify-{name}", recipe)
-        rows.append({**result, "pretraining_steps": mlm["steps"] if init else 0,
-                     "accuracy": last(result["log"], "valid_accuracy"),
-                     "macro_f1": last(result["log"], "valid_macro_f1")})
+    for n, train_tsv in train_tsvs.items():
+        for name, init in (("scratch", None), ("from-mlm", mlm["dir"])):
+            recipe = {**shared, "task": "classify", "train_tsv": str(train_tsv),
+                      "valid_tsv": str(valid_tsv), "init_from": init}
+            result = run.train(f"classify-{n}-{name}", recipe)
+            rows.append({**result, "labelled_per_language": n,
+                         "pretraining_steps": mlm["steps"] if init else 0,
+                         "accuracy": last(result["log"], "valid_accuracy"),
+                         "macro_f1": last(result["log"], "valid_macro_f1")})
     return rows
 
 
@@ -458,8 +465,10 @@ def main() -> int:
     p.add_argument("--check-every", type=int, default=50,
                    help="with --budget: updates between checkpoints (where the budget is checked)")
     p.add_argument("--n-test", type=int, default=300, help="test sentences (numbers, lines)")
-    p.add_argument("--n-train", type=int, default=5000,
-                   help="classify: training lines per language")
+    p.add_argument("--n-train", type=int, nargs="+", default=[5000],
+                   help="classify: labelled training lines per language (one or more sizes)")
+    p.add_argument("--n-unlabelled", type=int,
+                   help="classify: mlm training lines per language (default: all)")
     p.add_argument("--points", type=int, default=10, help="exposure-bias: checkpoints scored")
     p.add_argument("--depth", type=int, default=6, help="norms: encoder and decoder layers")
     p.add_argument("--seeds", type=int, default=1,
