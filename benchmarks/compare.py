@@ -4,8 +4,8 @@
 
 Each decoding and training row is matched by its settings (engine, beam, batch, pack, quantize,
 workers, ...). For every qkv row it prints tokens/s before and after, and qkv's ratio to the best
-peer row (Hugging Face or CTranslate2) of the same workload and precision (float32 or int8) in the
-same run, so that a slower or faster machine between the runs cancels out: a change helps where
+peer row (Hugging Face or CTranslate2) of the same workload and precision (float32 or int8; bf16
+rows count as float32) in the same run, so that a slower or faster machine between the runs cancels out: a change helps where
 the ratio rises.
 """
 
@@ -23,7 +23,7 @@ MEASURED = {
 }
 # fields that name one engine's settings; the rest of the key is the workload
 ENGINE = {"engine", "pack", "quantize", "workers", "compute_type", "threads_label", "inter",
-          "intra", "keep_freed_memory", "threads", "cache"}
+          "intra", "keep_freed_memory", "threads", "cache", "precision"}
 
 
 def _rows(result: dict) -> list[dict]:
@@ -43,7 +43,8 @@ def _speed(row: dict) -> float:
 
 
 def _workload(row: dict) -> tuple:
-    """The work done and the precision it is done in: int8 rows compete with int8 rows."""
+    """The work done and the precision it is done in: int8 rows compete with int8 rows, bf16 rows
+    with float32 ones (no peer here has a bf16 row that is not also a float row)."""
     int8 = row.get("quantize") == "int8" or str(row.get("compute_type", "")).startswith("int8")
     return (*_key(row, _settings(row) - ENGINE), ("precision", "int8" if int8 else "float32"))
 

@@ -43,15 +43,19 @@ Timed, each engine and setting in a fresh subprocess (so that the peak RSS is it
   a time, "qkv 2x1" decodes two batches at once on two worker threads with one torch thread each
   (`qkv.runtime.workers`, `--workers 2` in `qkv translate`). "qkv" rows use packed weights
   (`qkv.runtime.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear.
-  With `--cache-off`, "qkv cache off" rows (greedy) recompute the whole prefix at every step (the
-  reference the decoder cache must match): they show what the cache saves.
+  On a CPU that multiplies bf16 natively (AVX512_BF16 or AMX, detected at run time; the line after
+  the machine says), "qkv bf16" (bf16 packed weights, `--precision bf16`) and "HF transformers
+  bf16" (the model cast to bf16) rows are added. With `--cache-off`, "qkv cache off" rows (greedy)
+  recompute the whole prefix at every step (the reference the decoder cache must match): they show
+  what the cache saves.
 * training: forward + backward + Adam step on `--train-sentences` pairs (25 target tokens each),
   float32, dropout 0.1, qkv vs Hugging Face: target tokens/s, and achieved GFLOP/s (matmul FLOPs
   counted from the shapes, backward = 2 x forward) as a fraction of the machine's fp32 matmul peak,
   measured with torch.matmul on `--matmul-size` square matrices with the same threads. Each engine
   runs twice: as is, and with glibc told to keep freed memory
   (`qkv.runtime.process.keep_freed_memory`, which `qkv train` does on the CPU; it helps any PyTorch
-  training loop, HF's too).
+  training loop, HF's too). With native bf16, both engines also train with bf16 autocast (fp32
+  master weights and Adam state, as `qkv train --precision bf16` does).
 * attention: one encoder self-attention layer (d_model 512, 8 heads, batch 1) at sequence lengths
   128 .. 4096: time and peak memory (RSS high-water mark above the one before the call) of qkv's
   fused path (F.scaled_dot_product_attention) and of the explicit softmax(QK^T)V path
@@ -145,7 +149,8 @@ Translate = Callable[[list[list[int]], int], list[list[int]]]  # (sources, batch
 
 
 def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str | None = None,
-               workers: int = 1, pack: bool | None = None, use_cache: bool = True, model: str = "qkv") -> Translate:
+               workers: int = 1, pack: bool | None = None, use_cache: bool = True, model: str = "qkv",
+               precision: str = "fp32") -> Translate:
     import torch
 
     from qkv.decode.search import beam_search, greedy
@@ -153,7 +158,8 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
     from qkv.runtime.prepare import prepare_for_decoding
     from qkv.runtime.workers import map_in_workers
 
-    model = prepare_for_decoding(load_model_dir(work / model), "cpu", quantize, pack)  # as Translator.load does
+    model = prepare_for_decoding(load_model_dir(work / model), "cpu", quantize, pack,  # as Translator.load does
+                                 precision=precision)
 
     def decode(src: torch.Tensor) -> list[list[int]]:
         if beam == 1:
@@ -170,11 +176,13 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
     return translate
 
 
-def hf_engine(work: Path, beam: int, min_len: int, max_len: int, model: str = "hf") -> Translate:
+def hf_engine(work: Path, beam: int, min_len: int, max_len: int, model: str = "hf",
+              precision: str = "fp32") -> Translate:
     import torch
     from transformers import MarianMTModel
 
-    model = MarianMTModel.from_pretrained(work / model).eval()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    model = MarianMTModel.from_pretrained(work / model).to(dtype).eval()
     eos, never = model.config.eos_token_id, sorted({model.config.pad_token_id, model.config.decoder_start_token_id})
 
     def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
@@ -224,9 +232,10 @@ def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) ->
     opus = "opus-" if spec.get("model") == "opus" else ""
     if spec["engine"] == "qkv":
         return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"),
-                          spec.get("workers", 1), spec.get("pack"), spec.get("cache", True), opus + "qkv")
+                          spec.get("workers", 1), spec.get("pack"), spec.get("cache", True), opus + "qkv",
+                          spec.get("precision", "fp32"))
     if spec["engine"] == "hf":
-        return hf_engine(work, spec["beam"], min_len, max_len, opus + "hf")
+        return hf_engine(work, spec["beam"], min_len, max_len, opus + "hf", spec.get("precision", "fp32"))
     return ct2_engine(work, spec["beam"], min_len, max_len, spec["vocab"], spec["compute_type"], spec["inter"],
                       spec["intra"])
 
@@ -296,10 +305,12 @@ def measure_training(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
             return model(input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=tgt_in).logits
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    bf16 = spec.get("precision") == "bf16"  # autocast, fp32 master weights: what `qkv train` does
 
     def step() -> float:
         optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(forward().flatten(0, 1), labels.flatten())
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(forward().flatten(0, 1).float(), labels.flatten())
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -437,8 +448,9 @@ def engine_name(r: dict[str, Any]) -> str:
         return " ".join(["qkv", *(["unpacked"] if not r.get("pack", True) else []),
                          *([r["quantize"]] if r.get("quantize") else []),
                          *(["2x1"] if r.get("workers", 1) == 2 else []),
+                         *(["bf16"] if r.get("precision") == "bf16" else []),
                          *(["cache off"] if not r.get("cache", True) else [])]) + opus
-    return "HF transformers" + opus
+    return "HF transformers" + (" bf16" if r.get("precision") == "bf16" else "") + opus
 
 
 def decode_table(rows: list[dict[str, Any]]) -> str:
@@ -455,12 +467,15 @@ def decode_table(rows: list[dict[str, Any]]) -> str:
 
 
 def train_table(rows: list[dict[str, Any]], peak: float) -> str:
-    qkv = {bool(r.get("keep_freed_memory")): r for r in rows if r["engine"] == "qkv"}  # compare like with like
+    def like(r: dict[str, Any]) -> tuple[bool, str]:  # compare like with like
+        return bool(r.get("keep_freed_memory")), r.get("precision", "fp32")
+
+    qkv = {like(r): r for r in rows if r["engine"] == "qkv"}
     out = [[engine_name(r) + (" + keep_freed_memory" if r.get("keep_freed_memory") else ""),
             str(r["target_tokens"]), f"{r['seconds']:.2f}", f"{r['tokens_per_second']:.0f}",
             f"{r['gflops_per_second']:.0f}", f"{100 * r['gflops_per_second'] / peak:.0f}%",
             f"{r['peak_rss_mb']:.0f}", f"{r['other_cores']:.2f}",
-            f"{qkv[bool(r.get('keep_freed_memory'))]['tokens_per_second'] / r['tokens_per_second']:.2f}"]
+            f"{qkv[like(r)]['tokens_per_second'] / r['tokens_per_second']:.2f}"]
            for r in rows]
     return markdown(["engine", "target tokens/step", "s/step", "target tokens/s", "GFLOP/s", "of matmul peak",
                      "peak RSS MB", "others' cores", "qkv ÷ engine"], out)
@@ -520,7 +535,11 @@ def main() -> None:
     started, load_before = time.perf_counter(), os.getloadavg()
     machine, versions = common.machine(), common.versions()
     print(common.describe(machine, versions), flush=True)
+    from qkv.runtime.precision import describe_hardware, native_bf16  # torch: not in CT2's workers
+
     shared = {"vocab": args.vocab, "repeats": args.repeats}
+    bf16 = native_bf16("cpu")  # bf16 rows where the CPU multiplies bf16 natively
+    print(describe_hardware("cpu"), flush=True)
     with tempfile.TemporaryDirectory(prefix="qkv-speed-") as tmp:
         work = Path(tmp)
         print("building the model (HF), importing it into qkv, converting it to CTranslate2 ...", file=sys.stderr)
@@ -534,6 +553,8 @@ def main() -> None:
                 decode_specs += [{**setting, "engine": "qkv", "pack": False}]
                 decode_specs += [{**setting, "engine": "qkv", "quantize": q, "workers": w}
                                  for q in (None, "int8") for w in (1, 2)]
+                decode_specs += [{**setting, "engine": engine, "precision": "bf16"}
+                                 for engine in ("qkv", "hf") if bf16]
                 if beam == 1 and args.cache_off:
                     decode_specs += [{**setting, "engine": "qkv", "cache": False}]
                 decode_specs += [{**setting, "engine": "hf"}]
@@ -546,6 +567,10 @@ def main() -> None:
         training = [run_worker({**shared, "task": "train", "engine": engine, "sentences": args.train_sentences,
                                 "src_len": args.src_len, "tgt_len": 25, "keep_freed_memory": keep}, work)
                     for keep in (False, True) for engine in ("qkv", "hf")]
+        training += [run_worker({**shared, "task": "train", "engine": engine, "sentences": args.train_sentences,
+                                 "src_len": args.src_len, "tgt_len": 25, "keep_freed_memory": True,
+                                 "precision": "bf16"}, work)
+                     for engine in ("qkv", "hf") if bf16]
         attention = [run_worker({**shared, "task": "attention", "length": L, "explicit": explicit}, work)
                      for L in ATTENTION_LENGTHS if args.max_attention_length >= L for explicit in (False, True)]
 
@@ -562,7 +587,7 @@ def main() -> None:
           f"batch 1: {args.batch1_sentences} sentences, batch 32: {args.batch32_sentences}; "
           "qkv ÷ engine > 1: qkv faster")
     print(decode_table(decoding))
-    print(f"\nTraining step (forward + backward + Adam, fp32); fp32 matmul peak {peak:.0f} GFLOP/s "
+    print(f"\nTraining step (forward + backward + Adam; bf16 rows: bf16 autocast, fp32 master weights); fp32 matmul peak {peak:.0f} GFLOP/s "
           f"({args.matmul_size}² matmul, {matmul['threads']} threads)")
     print(train_table(training, peak))
     print(f"\nAttention: one encoder self-attention layer (d_model {D_MODEL}, {HEADS} heads, batch 1), "
