@@ -48,7 +48,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -260,15 +260,9 @@ def table_norms(run: Run) -> list[dict[str, Any]]:
 
 
 def table_extrapolation(run: Run) -> list[dict[str, Any]]:
-    """Trained on up to 6 digits (zh words); exact match on held-out 6-digit numbers and on random
-    7-, 8- and 9-digit ones, per positional scheme."""
-    from qkv.data.synthetic import number_to_chinese
-
-    rng = random.Random(run.args.seed)
-    tests: dict[int, tuple[list[str], list[str]]] = {}
-    for k in (7, 8, 9):
-        numbers = [rng.randint(10 ** (k - 1), 10**k - 1) for _ in range(run.args.n_test)]
-        tests[k] = [" ".join(str(n)) for n in numbers], [number_to_chinese(n) for n in numbers]
+    """Trained on up to 6 digits (zh words); on held-out 6-digit numbers and on random 7-, 8- and
+    9-digit ones, per positional scheme: exact match and character accuracy."""
+    tests = extrapolation_tests(run.args.seed, run.args.n_test)
     rows = []
     for name in POSITIONS:
         recipe = run.recipe("synthetic", synthetic_target="zh", vocab_size=500,
@@ -277,15 +271,38 @@ def table_extrapolation(run: Run) -> list[dict[str, Any]]:
         src, ref = synthetic_test(recipe, run.args.n_test)
         six = [(s, r) for s, r in zip(src, ref, strict=True) if len(s.split()) == 6]
         tests[6] = [s for s, _ in six], [r for _, r in six]
-        row = {**result}
-        for k in (6, 7, 8, 9):
-            row[f"exact_{k}_digits"] = score("synthetic", result["dir"], *tests[k])["exact_match"]
-        rows.append(row)
+        rows.append({**result, **extrapolation_scores(result["dir"], tests)})
     return rows
 
 
-def edit_distance(a: list[int], b: list[int]) -> int:
-    """Levenshtein distance between two token sequences (insertions, deletions, substitutions)."""
+def extrapolation_tests(seed: int, n: int) -> dict[int, tuple[list[str], list[str]]]:
+    """n random k-digit numbers for k = 7, 8, 9: digits and Chinese words."""
+    from qkv.data.synthetic import number_to_chinese
+
+    rng = random.Random(seed)
+    tests = {}
+    for k in (7, 8, 9):
+        numbers = [rng.randint(10 ** (k - 1), 10**k - 1) for _ in range(n)]
+        tests[k] = [" ".join(str(x)) for x in numbers], [number_to_chinese(x) for x in numbers]
+    return tests
+
+
+def extrapolation_scores(model_dir: str, tests: dict[int, tuple[list[str], list[str]]]
+                         ) -> dict[str, float]:
+    """Per number length: exact match and character accuracy (1 - character edit distance /
+    reference characters) of greedy translations, in %."""
+    row = {}
+    for k, (src, ref) in sorted(tests.items()):
+        hyps, _ = translate(model_dir, src)
+        edits = sum(edit_distance(list(h), list(r)) for h, r in zip(hyps, ref, strict=True))
+        right = sum(h == r for h, r in zip(hyps, ref, strict=True))
+        row[f"exact_{k}_digits"] = round(100 * right / len(ref), 1)
+        row[f"chars_{k}_digits"] = round(100 * (1 - edits / sum(map(len, ref))), 1)
+    return row
+
+
+def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Levenshtein distance between two sequences (insertions, deletions, substitutions)."""
     row = list(range(len(b) + 1))
     for i, x in enumerate(a, 1):
         diagonal, row[0] = row[0], i
