@@ -32,6 +32,27 @@ def test_the_heads_table_runs_at_two_updates(tmp_path: Path) -> None:
     assert len({r["params"] for r in saved}) == 1  # equal parameters for any number of heads
 
 
+@pytest.mark.parametrize(("table", "extra", "columns"), [
+    ("classify", ["--n-train", "3", "6", "--n-unlabelled", "20"],
+     {"labelled_per_language", "pretraining_steps", "accuracy", "macro_f1"}),
+    ("exposure-bias", ["--points", "2"], {"tf_token_acc", "greedy_token_acc"}),
+    ("extrapolation", [], {f"{m}_{k}_digits" for m in ("exact", "chars") for k in (6, 7, 8, 9)}),
+])
+def test_the_other_tables_run_at_two_updates(tmp_path: Path, table: str, extra: list[str],
+                                             columns: set[str]) -> None:
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "variants.py"), table, "--steps", "2",
+         "--n-test", "4", "--threads", "1", "--out", str(tmp_path), *extra],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines()[0] == f"### {table}"
+    saved = json.loads((tmp_path / f"{table}.json").read_text())
+    assert saved and all(columns <= set(row) for row in saved)
+    if table == "classify":  # one mlm model, then scratch and from-mlm for each size
+        assert [(r["labelled_per_language"], r["pretraining_steps"]) for r in saved] == [
+            (3, 0), (3, 2), (6, 0), (6, 2)]
+
+
 def test_the_multi30k_budget_replaces_the_budget_on_multi30k_only(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
