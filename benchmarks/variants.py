@@ -185,6 +185,10 @@ def last(rows: list[dict[str, str]], column: str) -> float | None:
 
 
 def datasets(args: argparse.Namespace) -> list[str]:
+    if args.multi30k_only:
+        if not args.data_dir:
+            raise SystemExit("--multi30k-only needs --data-dir")
+        return ["multi30k"]
     return ["synthetic", "multi30k"] if args.data_dir else ["synthetic"]
 
 
@@ -472,6 +476,8 @@ def main() -> int:
     p.add_argument("--out", default="runs/variants", help="run directories and TABLE.json")
     p.add_argument("--data-dir",
                    help="named corpora (Multi30k); without it, the synthetic task only")
+    p.add_argument("--multi30k-only", action="store_true",
+                   help="the compared tables' Multi30k rows only (the synthetic ones already run)")
     limit = p.add_mutually_exclusive_group()
     limit.add_argument("--budget", type=float, help="wall-clock seconds of training per variant")
     limit.add_argument("--steps", type=int, help="updates per variant")
