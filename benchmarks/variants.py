@@ -339,10 +339,10 @@ def table_exposure_bias(run: Run) -> list[dict[str, Any]]:
     tok = SubwordTokenizer.load(result["dir"])
     model = load_model_dir(result["dir"]).eval()
     src_ids = pad_sequences([[*s, tok.eos_id] for s in tok.encode_src(src)], tok.pad_id)
-    tgt = pad_sequences([[tok.bos_id, *t, tok.eos_id] for t in tok.encode_tgt(ref)], tok.pad_id)
-    real = tgt[:, 1:] != tok.pad_id
     ref_ids = tok.encode_tgt(ref)
     ref_tokens = sum(len(r) for r in ref_ids)
+    tgt = pad_sequences([[tok.bos_id, *t, tok.eos_id] for t in ref_ids], tok.pad_id)
+    real = tgt[:, 1:] != tok.pad_id
     losses = {int(r["step"]): round(float(r["train_loss"]), 4)
               for r in result["log"] if r.get("train_loss")}
     rows = []

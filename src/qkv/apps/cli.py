@@ -494,8 +494,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
+def _add_precision_argument(p: argparse.ArgumentParser) -> None:
+    """--precision, as translate, evaluate, attention and serve take it."""
     from ..runtime.precision import PRECISIONS
+
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="weights and compute: fp32, bf16, or auto (bf16 where the device computes it "
+        "natively: AVX512_BF16/AMX CPU, CUDA with bf16) (default: %(default)s)",
+    )
+
+
+def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     from ..runtime.quantize import QUANTIZATIONS
     from .server import Limits
 
@@ -581,20 +593,13 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, ... (default: cpu)")
     p.add_argument("--quantize", choices=QUANTIZATIONS, help="int8 linear layers (CPU)")
     p.add_argument("--no-pack", action="store_true", help="keep nn.Linear weights as stored")
-    p.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default="fp32",
-        help="weights and compute: fp32, bf16, or auto (bf16 where the device computes it "
-        "natively: AVX512_BF16/AMX CPU, CUDA with bf16) (default: %(default)s)",
-    )
+    _add_precision_argument(p)
     p.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
     p.add_argument("--access-log", action="store_true", help="log every request")
 
 
 def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments `translate` and `evaluate` share; every default comes from the library."""
-    from ..runtime.precision import PRECISIONS
     from ..runtime.quantize import QUANTIZATIONS
 
     defaults = DecodeOptions()
@@ -659,13 +664,7 @@ def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep nn.Linear weights as stored (default on the CPU: packed for oneDNN)",
     )
-    p.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default="fp32",
-        help="weights and compute: fp32, bf16, or auto (bf16 where the device computes it "
-        "natively: AVX512_BF16/AMX CPU, CUDA with bf16) (default: %(default)s)",
-    )
+    _add_precision_argument(p)
     p.add_argument(
         "--workers",
         type=int,
