@@ -23,7 +23,7 @@ MEASURED = {
 }
 # fields that name one engine's settings; the rest of the key is the workload
 ENGINE = {"engine", "pack", "quantize", "workers", "compute_type", "threads_label", "inter",
-          "intra", "keep_freed_memory", "threads", "cache", "precision"}
+          "intra", "keep_freed_memory", "threads", "cache", "precision", "attention"}
 
 
 def _rows(result: dict) -> list[dict]:

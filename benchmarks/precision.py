@@ -17,7 +17,8 @@ same run compare). Each bf16 row states its ratio to the fp32 row, and how many 
 outputs equal fp32's (a random model has near ties; trained models: tests/runtime/test_precision.py).
 
 Training: forward + label-smoothed loss + backward + Adam (+ clipping) as `qkv train` runs it
-(`TranslationLoss`, bf16 autocast around forward and loss, fp32 master weights), on fixed random
+(`TranslationLoss`, bf16 autocast around forward and loss, fp32 master weights, the CPU swaps of
+`qkv.runtime.training`), on fixed random
 batches of two shapes: multi30k-wide (3 + 3 layers, d_model 256, d_ff 1024, 4 heads, pre-norm,
 10k vocabulary, batches of 8,192 padded tokens of 14-token sentences) and the paper's base shape
 (6 + 6, d_model 512, 8k vocabulary, 4,096-token batches of 25-token sentences). Target tokens/s,
@@ -45,6 +46,7 @@ from qkv import Transformer
 from qkv.decode.search import beam_search, greedy
 from qkv.runtime.precision import describe_hardware, resolve_precision
 from qkv.runtime.prepare import prepare_for_decoding
+from qkv.runtime.training import prepare_for_training
 from qkv.train.loss import TranslationLoss
 
 # name -> (config overrides of common.base_config, vocabulary, padded tokens a batch, sentence tokens)
@@ -120,6 +122,7 @@ def train_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         for precision in ("fp32", "bf16"):
             torch.manual_seed(0)
             model = Transformer(common.base_config(vocab, **overrides)).train()
+            prepare_for_training(model, precision, torch.device("cpu"))  # as `qkv train` does
             loss_module = TranslationLoss(model, label_smoothing=0.1)
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
             step = functools.partial(train_step, loss_module, optimizer, precision, src, tgt_in, labels)

@@ -11,6 +11,8 @@ chrF; Tatoeba: sacreBLEU, with the `zh` tokenizer into Chinese). Checkpoints are
 split only; so is the length penalty α when `--alphas` names several (each decodes the validation split once,
 the best α by the result's metric then decodes the test split). Writes RUN/result.json and RUN-avg/test.hyp
 and prints 10 sample translations; result.json also records the machine (CPU model, flags, cores) and versions.
+Where the CPU multiplies bf16 natively (`qkv.runtime.precision`), the test split is decoded a second time with
+`--precision bf16` at the same α, and result.json gains its scores as "bf16_decoding".
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import common  # benchmarks/common.py (the script's folder is on sys.path)
 from common import QKV, parse_scores
 from qkv.data.named import get_corpus
+from qkv.runtime.precision import native_bf16
 
 # name -> (recipe, overrides, corpus, pair, checkpoints averaged, beam)
 RESULTS: dict[str, tuple[str, list[str], str, str, int, int]] = {
@@ -69,11 +72,13 @@ def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bo
     alpha = max(on_valid, key=on_valid.__getitem__) if on_valid else alphas[0]
     hyp_file = avg / "test.hyp"
     scores = evaluate(splits[-1], alpha, "--output", str(hyp_file))
+    # `qkv evaluate` decodes on the CPU
+    bf16 = evaluate(splits[-1], alpha, "--precision", "bf16") if native_bf16("cpu") else None
     with open(run / "log.csv", newline="") as f:
         log = list(csv.DictReader(f))
     result = {"result": name, "config": config, "overrides": overrides + extra, "pair": pair,
               "averaged": last, "beam": beam, "alpha": alpha, "valid_by_alpha": on_valid, "steps": int(log[-1]["step"]),
-              "train_hours": float(log[-1]["elapsed_s"]) / 3600, **scores,
+              "train_hours": float(log[-1]["elapsed_s"]) / 3600, **scores, "bf16_decoding": bf16,
               "samples": samples(corpus, pair, data_dir, hyp_file),
               "machine": common.machine(), "versions": common.versions("torch")}
     for s in result["samples"]:

@@ -54,8 +54,10 @@ Timed, each engine and setting in a fresh subprocess (so that the peak RSS is it
   measured with torch.matmul on `--matmul-size` square matrices with the same threads. Each engine
   runs twice: as is, and with glibc told to keep freed memory
   (`qkv.runtime.process.keep_freed_memory`, which `qkv train` does on the CPU; it helps any PyTorch
-  training loop, HF's too). With native bf16, both engines also train with bf16 autocast (fp32
-  master weights and Adam state, as `qkv train --precision bf16` does).
+  training loop, HF's too). qkv's rows apply the CPU swaps `qkv train` applies
+  (`qkv.runtime.training`). With native bf16, both engines also train with bf16 autocast (fp32
+  master weights and Adam state, as `qkv train --precision bf16` does); Hugging Face both with its
+  default sdpa attention and with eager attention (faster in bf16 at these lengths).
 * attention: one encoder self-attention layer (d_model 512, 8 heads, batch 1) at sequence lengths
   128 .. 4096: time and peak memory (RSS high-water mark above the one before the call) of qkv's
   fused path (F.scaled_dot_product_attention) and of the explicit softmax(QK^T)V path
@@ -64,6 +66,11 @@ Each time is the median of `--repeats` runs after one warm-up run (the best run 
 `common.timed`). Other processes on the machine make timings noisy: "others' cores" is the CPU they
 used while a row was timed (machine-wide busy time from /proc/stat minus the worker's own, per
 second), and the load average before and after is recorded.
+
+After the decoding table, a second one takes each engine's best row per workload (qkv float32,
+bf16 and int8, each over its thread layouts; Hugging Face over float32 and bf16; CTranslate2
+float32 and int8) and states its ratio to each peer's best row: the comparison the targets of
+docs/benchmarks.md are stated in.
 """
 
 from __future__ import annotations
@@ -291,15 +298,17 @@ def measure_training(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
     tgt_in = torch.cat([torch.full((B, 1), BOS), labels[:, :-1]], dim=1)
     if spec["engine"] == "qkv":
         from qkv.modeldir import load_model_dir
+        from qkv.runtime.training import prepare_for_training
 
         model = load_model_dir(work / "qkv")
+        prepare_for_training(model, spec.get("precision", "fp32"), torch.device("cpu"))  # as `qkv train`
 
         def forward() -> torch.Tensor:
             return model(src, tgt_in)
     else:
         from transformers import MarianMTModel
 
-        model = MarianMTModel.from_pretrained(work / "hf")
+        model = MarianMTModel.from_pretrained(work / "hf", attn_implementation=spec.get("attention", "sdpa"))
 
         def forward() -> torch.Tensor:
             return model(input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=tgt_in).logits
@@ -450,7 +459,8 @@ def engine_name(r: dict[str, Any]) -> str:
                          *(["2x1"] if r.get("workers", 1) == 2 else []),
                          *(["bf16"] if r.get("precision") == "bf16" else []),
                          *(["cache off"] if not r.get("cache", True) else [])]) + opus
-    return "HF transformers" + (" bf16" if r.get("precision") == "bf16" else "") + opus
+    return ("HF transformers" + (" bf16" if r.get("precision") == "bf16" else "")
+            + (f" {r['attention']}" if r.get("attention") else "") + opus)
 
 
 def decode_table(rows: list[dict[str, Any]]) -> str:
@@ -464,6 +474,43 @@ def decode_table(rows: list[dict[str, Any]]) -> str:
                     f"{r['other_cores']:.2f}", f"{base['tokens_per_second'] / r['tokens_per_second']:.2f}"])
     return markdown(["search", "batch", "engine", "tokens/s", "best tokens/s", "sentences/s",
                      "peak RSS MB (imports)", "others' cores", "qkv ÷ engine"], out)
+
+
+def best_rows(rows: list[dict[str, Any]]) -> dict[tuple[int, int, str], dict[str, Any]]:
+    """(beam, batch, kind) -> the fastest decoding row of that kind on the base model; kinds: qkv
+    float32 / bf16 / int8 (any threads, packing or workers), HF (float32 or bf16), CT2 float32 / int8."""
+    def kind(r: dict[str, Any]) -> str:
+        if r["engine"] == "ct2":
+            return f"CT2 {r['compute_type']}"
+        if r["engine"] == "hf":
+            return "HF"
+        return "qkv " + (r.get("quantize") or {"bf16": "bf16"}.get(r.get("precision", ""), "float32"))
+
+    best: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["beam"], r["batch"], kind(r))
+        if r.get("model") != "opus" and r.get("cache", True) and (
+                key not in best or r["tokens_per_second"] > best[key]["tokens_per_second"]):
+            best[key] = r
+    return best
+
+
+def peer_table(rows: list[dict[str, Any]]) -> str:
+    """Each engine's best row per workload, and its ratio to each peer's best row of that workload."""
+    best = best_rows(rows)
+    kinds = ["qkv float32", "qkv bf16", "qkv int8", "HF", "CT2 float32", "CT2 int8"]
+    peers = ["HF", "CT2 float32", "CT2 int8"]
+    out = []
+    for beam, batch in sorted({(b, n) for b, n, _ in best}):
+        for k in kinds:
+            r = best.get((beam, batch, k))
+            if r is None:
+                continue
+            ratios = [f"{r['tokens_per_second'] / best[beam, batch, p]['tokens_per_second']:.2f}"
+                      if (beam, batch, p) in best else "" for p in peers]
+            out.append(["greedy" if beam == 1 else f"beam {beam}", str(batch), k, engine_name(r),
+                        f"{r['tokens_per_second']:.0f}", *ratios])
+    return markdown(["search", "batch", "best of", "row", "tokens/s", *(f"÷ {p} best" for p in peers)], out)
 
 
 def train_table(rows: list[dict[str, Any]], peak: float) -> str:
@@ -569,8 +616,8 @@ def main() -> None:
                     for keep in (False, True) for engine in ("qkv", "hf")]
         training += [run_worker({**shared, "task": "train", "engine": engine, "sentences": args.train_sentences,
                                  "src_len": args.src_len, "tgt_len": 25, "keep_freed_memory": True,
-                                 "precision": "bf16"}, work)
-                     for engine in ("qkv", "hf") if bf16]
+                                 "precision": "bf16", **extra}, work)
+                     for engine, extra in (("qkv", {}), ("hf", {}), ("hf", {"attention": "eager"})) if bf16]
         attention = [run_worker({**shared, "task": "attention", "length": L, "explicit": explicit}, work)
                      for L in ATTENTION_LENGTHS if args.max_attention_length >= L for explicit in (False, True)]
 
@@ -587,6 +634,8 @@ def main() -> None:
           f"batch 1: {args.batch1_sentences} sentences, batch 32: {args.batch32_sentences}; "
           "qkv ÷ engine > 1: qkv faster")
     print(decode_table(decoding))
+    print("\nEach engine's best row against each peer's best row (the same workload, this run)")
+    print(peer_table(decoding))
     print(f"\nTraining step (forward + backward + Adam; bf16 rows: bf16 autocast, fp32 master weights); fp32 matmul peak {peak:.0f} GFLOP/s "
           f"({args.matmul_size}² matmul, {matmul['threads']} threads)")
     print(train_table(training, peak))

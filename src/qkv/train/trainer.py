@@ -45,6 +45,7 @@ from ..modeldir import (
     save_model_dir,
 )
 from ..runtime.precision import describe_hardware, resolve_precision
+from ..runtime.training import prepare_for_training
 from .checkpoints import (
     RngStates,
     check_checkpoint,
@@ -171,6 +172,9 @@ class Trainer:
         self.valid_batches = self._valid_batches()
         # model and optimization
         self.model = self._build_model()
+        self.autocast = self._autocast()
+        for note in prepare_for_training(self.model, self.precision, self.device):
+            log.info("training on the CPU: %s", note)
         self.loss = self.task.loss_module(self.model)
         self.ddp = None
         if self.env.enabled:
@@ -179,7 +183,6 @@ class Trainer:
         self.optimizer = self._build_optimizer()
         schedule = lr_multiplier(cfg.schedule, cfg.warmup, cfg.max_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
-        self.autocast = self._autocast()
         # where the run stands
         self.progress = Progress()
         # each rank its own dropout stream; train() starts it
