@@ -25,9 +25,9 @@ import torch
 PRECISIONS = ("auto", "fp32", "bf16")
 # the CPU flags that mean native bf16 matrix products (either is enough)
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-# training on the CPU with `auto`: below this d_model bf16 autocast loses to fp32 (its casts cost
-# more than the small matmuls gain; measured in docs/benchmarks.md), so fp32 is kept
-CPU_BF16_MIN_D_MODEL = 256
+# training on the CPU with `auto`: below this d_model bf16 autocast gains nothing over fp32 (its
+# casts cost what the small matmuls gain; measured in docs/benchmarks.md), so fp32 is kept
+CPU_BF16_MIN_D_MODEL = 128
 
 
 def check_precision(setting: str) -> str:
