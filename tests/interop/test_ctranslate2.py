@@ -24,6 +24,7 @@ from qkv.decode import greedy  # noqa: E402
 from qkv.interop.ctranslate2 import check_exportable, never_generated  # noqa: E402
 from qkv.model import DecoderOnly  # noqa: E402
 from qkv.modeldir import load_model_dir, save_model_dir  # noqa: E402
+from qkv.runtime.precision import cpu_flags  # noqa: E402
 from sentences import EN, ZH  # noqa: E402
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -124,18 +125,21 @@ def test_an_imported_opus_mt_model_exports_too(marian_dir: Path, tmp_path: Path)
 
 def test_int8_export_scores_close_to_float32(tokenizers, tmp_path: Path) -> None:
     """int8 weights change the function a little: the log-probs stay close (the demo's exact match is measured
-    by benchmarks/ct2_demo.py)."""
+    by benchmarks/ct2_demo.py). How close depends on CTranslate2's int8 kernels for this CPU: within 0.05 nats
+    with VNNI (AVX512_VNNI or AVX_VNNI), up to 0.75 measured on an AVX2-only CPU; a wrong export is off by
+    several nats."""
     torch.manual_seed(0)
     tokenizer = tokenizers[True]
     model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=tokenizer.src_vocab_size, dropout=0.0,
                                                  attention_dropout=0.0)).eval()
     out = export(model, tokenizer, tmp_path, quantization="int8")
     translator = ctranslate2.Translator(str(out), device="cpu", compute_type="int8")
+    vnni = bool({"avx512_vnni", "avx_vnni"} & cpu_flags())
     pieces = tokenizer.src_vocabulary()
     source, target = [[pieces[5], pieces[9], pieces[7]]], [[pieces[11], pieces[6]]]
     expected = qkv_log_probs(model, [[5, 9, 7, 3]], [[11, 6]])[0]
     torch.testing.assert_close(torch.tensor(translator.score_batch(source, target)[0].log_probs),
-                               torch.tensor(expected), atol=0.05, rtol=0)
+                               torch.tensor(expected), atol=0.05 if vnni else 1.0, rtol=0)
 
 
 @pytest.mark.parametrize("overrides, message", [

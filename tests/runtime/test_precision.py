@@ -97,7 +97,7 @@ def test_bf16_decoding_matches_fp32_on_a_random_model(rows: int) -> None:
     fp32 = prepare_for_decoding(copy.deepcopy(model), precision="fp32")
     bf16 = prepare_for_decoding(copy.deepcopy(model), precision="bf16")
     assert all(t.dtype == torch.bfloat16 for t in [*bf16.parameters(), *bf16.buffers()] if t.is_floating_point())
-    if packing_available():
+    if packing_available(torch.bfloat16):
         linears = [m for m in bf16.modules() if isinstance(m, PackedLinear)]
         assert linears and all(m.packed.dtype == torch.bfloat16 for m in linears)
     src = batch(random_sources(rows, seed=1, max_len=9))
@@ -149,6 +149,26 @@ def test_bf16_few_query_attention_fires_and_equals_the_fused_kernel(monkeypatch:
     assert calls == [] and fused == [torch.float32]  # below the threshold: the fused kernel in fp32
     assert below.dtype == torch.bfloat16
     torch.testing.assert_close(below.float(), expected[:-1], atol=0.03, rtol=0.02)
+
+
+def test_a_cpu_that_cannot_pack_bf16_decodes_bf16_unpacked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """oneDNN packs bf16 weights only with AVX-512 BW/VL/DQ or AVX-NE-CONVERT: elsewhere the bf16 model
+    keeps nn.Linear (same logits as packed, to bf16 rounding), and asking to pack it is a clear error."""
+    from qkv.runtime import packed as packed_module
+    from qkv.runtime import prepare as prepare_module
+
+    def fp32_only(dtype: torch.dtype = torch.float32) -> bool:
+        return dtype == torch.float32
+
+    monkeypatch.setattr(prepare_module, "packing_available", fp32_only)
+    monkeypatch.setattr(packed_module, "packing_available", fp32_only)
+    model = tiny_model(d_model=64, d_ff=128, ending=False)
+    bf16 = prepare_for_decoding(copy.deepcopy(model), precision="bf16")
+    assert not any(isinstance(m, PackedLinear) for m in bf16.modules())
+    assert next(bf16.parameters()).dtype == torch.bfloat16
+    assert any(isinstance(m, PackedLinear) for m in prepare_for_decoding(copy.deepcopy(model)).modules())
+    with pytest.raises(RuntimeError, match=r"cannot pack torch\.bfloat16"):
+        prepare_for_decoding(copy.deepcopy(model), precision="bf16", pack=True)
 
 
 def test_translate_precision_bf16_is_translator_load_bf16(

@@ -17,17 +17,30 @@ in docs/benchmarks.md. `Translator.load` packs float32 CPU models.
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 from torch import Tensor, nn
 
 
-def packing_available() -> bool:
-    """Whether this torch build has oneDNN's packed linear ops (x86 builds do)."""
-    return (
+@cache
+def packing_available(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether this torch build and this CPU pack linear weights of `dtype` for oneDNN.
+
+    x86 builds have the ops; bfloat16 packing also needs CPU instructions (AVX-512 BW/VL/DQ or
+    AVX-NE-CONVERT) that oneDNN checks when asked, so a tiny weight is packed once to find out.
+    """
+    if not (
         torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    )
+    ):
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=dtype), 1)
+    except RuntimeError:
+        return False
+    return True
 
 
 class PackedLinear(nn.Module):
@@ -63,13 +76,15 @@ def pack_linear_weights(model: nn.Module) -> nn.Module:
     The float weights of the replaced layers are released (a tied output projection gets its own
     packed copy; the embedding it was tied to stays).
     """
-    if not packing_available():
-        raise RuntimeError(
-            "this torch build has no oneDNN packed linear ops (torch.ops.mkldnn); decode unpacked"
-        )
     dtypes = (torch.float32, torch.bfloat16)
     if any(p.device.type != "cpu" or p.dtype not in dtypes for p in model.parameters()):
         raise ValueError("packed weights are for float32 or bfloat16 models on the CPU")
+    dtype = next(model.parameters()).dtype
+    if not packing_available(dtype):
+        raise RuntimeError(
+            f"this torch build or CPU cannot pack {dtype} linear weights for oneDNN; "
+            "decode unpacked"
+        )
     # (parent, name) pairs, not the layers themselves: each float weight is freed once it is packed
     places = [
         (parent, name)

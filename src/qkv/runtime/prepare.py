@@ -25,11 +25,11 @@ def prepare_for_decoding(
     """The model as decoding runs it, changed in place and put in eval mode.
 
     Always: the decoding attention kernels (`runtime.attention`). Then quantize="int8" swaps the
-    linear layers for int8 ones (`runtime.quantize`); otherwise pack=True (or None on a CPU whose
-    torch build supports it) packs the linear weights for oneDNN (`runtime.packed`);
-    pack=False leaves nn.Linear. The prepared model still gives attention weights on request (an
-    `AttentionWeights` passed to it); with float32 weights, packed or not, they equal the plain
-    model's.
+    linear layers for int8 ones (`runtime.quantize`); otherwise pack=True (or None on a CPU where
+    torch packs weights of the model's dtype) packs the linear weights for oneDNN
+    (`runtime.packed`); pack=False leaves nn.Linear. The prepared model still gives attention
+    weights on request (an `AttentionWeights` passed to it); with float32 weights, packed or not,
+    they equal the plain model's.
 
     precision ("auto", "fp32", "bf16"; `runtime.precision`): bf16 casts every weight and buffer
     once, embeddings and output projection included, before packing; the search takes its
@@ -48,7 +48,9 @@ def prepare_for_decoding(
         model = model.to(torch.bfloat16)
     if quantize is not None:
         return quantize_int8(model, inplace=True)  # the float model is not kept
-    if pack or (pack is None and torch.device(device).type == "cpu" and packing_available()):
+    dtype = next(model.parameters()).dtype
+    on_cpu = torch.device(device).type == "cpu"
+    if pack or (pack is None and on_cpu and packing_available(dtype)):
         return pack_linear_weights(model)
     return model
 
