@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from qkv.apps.demo import DemoResult, run_demo
+
 
 @pytest.fixture(autouse=True)
 def _seed_and_one_thread() -> Iterator[None]:
@@ -17,3 +19,12 @@ def _seed_and_one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def short_demo(tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
+    """The demo's number task trained briefly (600 updates on 5,000 numbers up to 9999), its model
+    directory and its 300 test translations (200 held out, every 1- and 2-digit number): trained once
+    for the tests that need a model that has learned something."""
+    return run_demo(tmp_path_factory.mktemp("demo") / "demo", steps=600, n_test=200,
+                    synthetic_max_value=9999, synthetic_train=5000)

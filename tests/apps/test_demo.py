@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 
 from qkv.apps.cli import main
-from qkv.apps.demo import run_demo
+from qkv.apps.demo import DemoResult
 from qkv.apps.translator import Translator
 
 
-def test_short_demo_learns_held_out_numbers(tmp_path: Path) -> None:
-    result = run_demo(tmp_path / "demo", steps=600, n_test=200, synthetic_max_value=9999, synthetic_train=5000)
+def test_short_demo_learns_held_out_numbers(short_demo: DemoResult) -> None:
+    result = short_demo
     # 600 updates learn the held-out 3- and 4-digit numbers; the short, irregular ones need the full demo
     long = [result.by_digits[d] for d in (3, 4)]
     assert sum(c for c, _ in long) / sum(t for _, t in long) >= 0.9, result.by_digits
     src, _, ref = result.examples[0]
-    assert Translator.load(tmp_path / "demo").translate([src]) == [ref]  # a normal model directory (beam 4)
+    assert Translator.load(result.out_dir).translate([src]) == [ref]  # a normal model directory (beam 4)
 
 
 def test_demo_command_reports_accuracy_and_location(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
