@@ -44,8 +44,8 @@ Timed, each engine and setting in a fresh subprocess (so that the peak RSS is it
   (`qkv.runtime.workers`, `--workers 2` in `qkv translate`). "qkv" rows use packed weights
   (`qkv.runtime.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear.
   On a CPU that multiplies bf16 natively (AVX512_BF16 or AMX, detected at run time; the line after
-  the machine says), "qkv bf16" (bf16 packed weights, `--precision bf16`) and "HF transformers
-  bf16" (the model cast to bf16) rows are added. With `--cache-off`, "qkv cache off" rows (greedy)
+  the machine says), "qkv bf16" (bf16 packed weights, `--precision bf16`), "qkv 2x1 bf16" and
+  "HF transformers bf16" (the model cast to bf16) rows are added. With `--cache-off`, "qkv cache off" rows (greedy)
   recompute the whole prefix at every step (the reference the decoder cache must match): they show
   what the cache saves.
 * training: forward + backward + Adam step on `--train-sentences` pairs (25 target tokens each),
@@ -600,8 +600,9 @@ def main() -> None:
                 decode_specs += [{**setting, "engine": "qkv", "pack": False}]
                 decode_specs += [{**setting, "engine": "qkv", "quantize": q, "workers": w}
                                  for q in (None, "int8") for w in (1, 2)]
-                decode_specs += [{**setting, "engine": engine, "precision": "bf16"}
-                                 for engine in ("qkv", "hf") if bf16]
+                decode_specs += [{**setting, "engine": "qkv", "precision": "bf16", "workers": w}
+                                 for w in (1, 2) if bf16]
+                decode_specs += [{**setting, "engine": "hf", "precision": "bf16"}] if bf16 else []
                 if beam == 1 and args.cache_off:
                     decode_specs += [{**setting, "engine": "qkv", "cache": False}]
                 decode_specs += [{**setting, "engine": "hf"}]
