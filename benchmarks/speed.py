@@ -45,9 +45,9 @@ Timed, each engine and setting in a fresh subprocess (so that the peak RSS is it
   (`qkv.runtime.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear.
   On a CPU that multiplies bf16 natively (AVX512_BF16 or AMX, detected at run time; the line after
   the machine says), "qkv bf16" (bf16 packed weights, `--precision bf16`), "qkv 2x1 bf16" and
-  "HF transformers bf16" (the model cast to bf16) rows are added. With `--cache-off`, "qkv cache off" rows (greedy)
-  recompute the whole prefix at every step (the reference the decoder cache must match): they show
-  what the cache saves.
+  "HF transformers bf16" (the model cast to bf16) rows are added. With `--cache-off`, "qkv cache
+  off" rows (greedy) recompute the whole prefix at every step (the reference the decoder cache must
+  match): they show what the cache saves.
 * training: forward + backward + Adam step on `--train-sentences` pairs (25 target tokens each),
   float32, dropout 0.1, qkv vs Hugging Face: target tokens/s, and achieved GFLOP/s (matmul FLOPs
   counted from the shapes, backward = 2 x forward) as a fraction of the machine's fp32 matmul peak,
