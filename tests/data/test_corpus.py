@@ -19,7 +19,7 @@ from qkv.data.corpus import (
 
 def write(path: Path, data: bytes) -> Path:
     """Write raw bytes, gzip-compressed when the name ends in .gz."""
-    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    path.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
     return path
 
 
@@ -41,9 +41,9 @@ def test_read_lines_of_an_empty_file(tmp_path):
 BAD_INPUTS = [
     # (file name, bytes on disk or None for no file, expected message with {path} for the file)
     ("bad.txt", b"ok\nok\n\xff broken\n", "{path}:3: invalid UTF-8"),
-    ("bad.gz", gzip.compress(b"ok\n\xc3\x28\n"), "{path}:2: invalid UTF-8"),
+    ("bad.gz", gzip.compress(b"ok\n\xc3\x28\n", mtime=0), "{path}:2: invalid UTF-8"),
     ("notgzip.gz", b"plain text, not gzip\n", "{path}: not a valid gzip file"),
-    ("truncated.gz", gzip.compress(b"many words " * 100)[:-10], "{path}: not a valid gzip file"),
+    ("truncated.gz", gzip.compress(b"many words " * 100, mtime=0)[:-10], "{path}: not a valid gzip file"),
     ("missing.txt", None, "file not found: {path}"),
 ]
 

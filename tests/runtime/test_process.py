@@ -1,8 +1,8 @@
 """Process-wide settings (qkv.runtime.process), each checked in a fresh process.
 
-configure_process sets the threads and seeds it is given and nothing else. keep_freed_memory: a training-like
-step (large logits, log-softmax, backward) run again must reuse the memory the last step freed instead of
-mapping fresh pages (page faults) for every large tensor."""
+configure_process sets the threads, seeds and attention backend it is given and nothing else.
+keep_freed_memory: a training-like step (large logits, log-softmax, backward) run again must reuse the memory
+the last step freed instead of mapping fresh pages (page faults) for every large tensor."""
 
 from __future__ import annotations
 
@@ -49,10 +49,13 @@ import numpy as np, torch
 from qkv.runtime.process import configure_process
 threads = torch.get_num_threads()
 state = torch.get_rng_state()
+assert torch.backends.cuda.cudnn_sdp_enabled()  # torch's default, also in CPU builds
 configure_process()  # nothing asked: nothing changes
 assert torch.get_num_threads() == threads and torch.equal(torch.get_rng_state(), state)
-configure_process(threads=1, seed=7, keep_freed_memory=sys.platform.startswith("linux"))
-assert torch.get_num_threads() == 1
+assert torch.backends.cuda.cudnn_sdp_enabled()
+configure_process(threads=1, seed=7, keep_freed_memory=sys.platform.startswith("linux"),
+                  cudnn_attention=False)
+assert torch.get_num_threads() == 1 and not torch.backends.cuda.cudnn_sdp_enabled()
 drawn = (torch.rand(3).tolist(), np.random.rand(), random.random())
 torch.manual_seed(7); np.random.seed(7); random.seed(7)
 assert drawn == (torch.rand(3).tolist(), np.random.rand(), random.random()), drawn

@@ -466,7 +466,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ValueError("--timeout must be > 0, --max-wait-ms >= 0 and --batch-tokens >= 1")
     check_device(args.device)
     bind(args.host, args.port).close()  # a busy port or an unknown host: before the models load
-    configure_process(threads=args.threads)
+    configure_process(threads=args.threads, cudnn_attention=False)  # qkv.runtime.process
     pack = False if args.no_pack else None
     models = load_models(
         args.model,

@@ -266,12 +266,18 @@ class TrainConfig:
 
     def process_settings(self) -> dict[str, Any]:
         """The arguments of `qkv.runtime.process.configure_process` this recipe asks for: its
-        threads and seed, and keep_freed_memory when it trains on the CPU.
+        threads and seed, keep_freed_memory when it trains on the CPU, and no cuDNN attention
+        (it builds a graph per batch shape on CUDA).
 
             configure_process(**cfg.process_settings())
         """
         on_cpu = resolve_device(self.device).type == "cpu"
-        return {"threads": self.threads, "seed": self.seed, "keep_freed_memory": on_cpu}
+        return {
+            "threads": self.threads,
+            "seed": self.seed,
+            "keep_freed_memory": on_cpu,
+            "cudnn_attention": False,
+        }
 
     def languages(self) -> dict[str, str]:
         """The languages of the training data, for the model directory's config.json: src_lang and
