@@ -1,15 +1,20 @@
 """Shared test fixtures. Tests run on CPU in float32 with one intra-op thread: tiny models gain nothing from
 more, and one thread does not slow down many-fold when another process competes for the cores (OpenMP
-threads spin while they wait)."""
+threads spin while they wait). On a machine with a GPU the tests see none (CUDA_VISIBLE_DEVICES is emptied
+before torch first asks), so that `device: auto` resolves to the CPU there as in CI and the oracles'
+tolerances are the CPU's."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 import torch
 
 from qkv.apps.demo import DemoResult, run_demo
+
+os.environ["CUDA_VISIBLE_DEVICES"] = ""  # subprocesses inherit it
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from qkv import DecoderOnly, Transformer, TransformerConfig
@@ -22,6 +23,7 @@ from qkv.modeldir import (
     load_model_dir,
     load_weights,
     save_model_dir,
+    save_weights,
 )
 
 
@@ -45,6 +47,25 @@ def test_round_trip_is_exact_and_keeps_ties(model: torch.nn.Module, tmp_path: Pa
         assert torch.equal(saved[name], got[name]), name
     if isinstance(model, Transformer) and model.config.tie_output:  # one tensor, as in the built model
         assert loaded.output_projection.weight is loaded.decoder.embedding.lookup.weight
+
+
+class OneBuffer(torch.nn.Module):
+    """Weights as views of one flat buffer, as cuDNN's RNNs keep theirs on CUDA, and a tied one."""
+
+    def __init__(self, fill: float | None = None) -> None:
+        super().__init__()
+        flat = torch.arange(10.0) if fill is None else torch.full((10,), fill)
+        self.b, self.c = torch.nn.Parameter(flat[:4]), torch.nn.Parameter(flat[4:])
+        self.a = self.b  # tied: stored once, under its first name in sorted order
+
+
+def test_weights_that_share_a_buffer_are_stored_each_on_its_own(tmp_path: Path) -> None:
+    model, loaded = OneBuffer(), OneBuffer(fill=-1.0)
+    save_weights(tmp_path / WEIGHTS_FILE, model)
+    with safe_open(str(tmp_path / WEIGHTS_FILE), framework="pt") as f:
+        assert sorted(f.keys()) == ["a", "c"]
+    load_weights(tmp_path / WEIGHTS_FILE, loaded)
+    assert loaded.a is loaded.b and torch.equal(loaded.b, model.b) and torch.equal(loaded.c, model.c)
 
 
 def test_truncated_or_mismatched_weights_are_clear_errors(tmp_path: Path) -> None:

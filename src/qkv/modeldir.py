@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_model
+from safetensors.torch import save_file
 from torch import nn
 
 from . import __version__
@@ -138,8 +138,16 @@ def architecture_of(model: nn.Module) -> str:
 
 
 def save_weights(path: PathLike, model: nn.Module) -> None:
-    """model.safetensors, atomically; tied weights are stored once."""
-    atomic_write(path, lambda p: save_model(model, str(p), metadata={"format": "pt"}))
+    """model.safetensors, atomically; tied weights are stored once, under the first of their names
+    in sorted order. Weights that only share a buffer are stored each on its own (on CUDA, cuDNN's
+    RNNs keep all their weights as views of one flat buffer)."""
+    state = model.state_dict()
+    first: dict[tuple[Any, ...], str] = {}  # one name per tensor: (device, address, shape, stride)
+    for name in sorted(state):
+        t = state[name]
+        first.setdefault((t.device, t.data_ptr(), t.shape, t.stride()), name)
+    tensors = {name: state[name].detach().cpu().contiguous() for name in first.values()}
+    atomic_write(path, lambda p: save_file(tensors, str(p), metadata={"format": "pt"}))
 
 
 def load_weights(path: PathLike, model: nn.Module) -> None:

@@ -78,3 +78,15 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
         torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4)
     start = load_file(str(tmp_path / "single" / "checkpoints" / "step_00000002" / "model.safetensors"))
     assert any(not torch.equal(start[n], b[n]) for n in b)  # training did move the weights
+
+
+def test_more_processes_than_cuda_devices_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun's second process on a one-GPU machine: a ValueError that says what to do, before any CUDA call."""
+    from qkv.train.distributed import init_distributed
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"trains on cuda:1, but it has 1 CUDA device\(s\): start at most 1"):
+        init_distributed("cuda")

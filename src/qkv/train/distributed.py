@@ -45,6 +45,12 @@ def init_distributed(device: str) -> tuple[DistEnv, torch.device]:
     dev = resolve_device(device)
     if dev.type == "cuda":
         dev = torch.device("cuda", env.local_rank if env.enabled else (dev.index or 0))
+        if dev.index >= (count := torch.cuda.device_count()):
+            raise ValueError(
+                f"process {env.local_rank} of this machine trains on {dev}, but it has {count} "
+                f"CUDA device(s): start at most {count} processes per machine (torchrun "
+                "--nproc-per-node) or train on the CPU (--device cpu)"
+            )
         torch.cuda.set_device(dev)
     if env.enabled and not dist.is_initialized():
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
