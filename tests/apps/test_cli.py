@@ -51,7 +51,7 @@ def test_decoding_arguments_make_one_decode_options() -> None:
 @pytest.mark.parametrize("argv, field", [
     (["--beam", "0"], "beam"), (["--nbest", "5"], "nbest"), (["--sample", "--nbest", "2"], "nbest"),
     (["--top-p", "0"], "top_p"), (["--temperature", "0"], "temperature"), (["--max-len-b", "-1"], "max_len_b"),
-    # issue 22.9: non-finite numbers and sizes that would allocate without bound
+    # non-finite numbers and sizes that would allocate without bound
     (["--alpha", "nan"], "alpha"), (["--alpha", "inf"], "alpha"), (["--alpha=-inf"], "alpha"),
     (["--temperature", "inf"], "temperature"), (["--temperature", "nan"], "temperature"),
     (["--max-len-a", "inf"], "max_len_a"), (["--max-len-b", "1000000000"], "max_len_b"),
@@ -65,7 +65,7 @@ def test_bad_decoding_arguments_fail_before_any_model_loads(tmp_path: Path, argv
     assert err.startswith("qkv translate: error: ") and field in err and "absent" not in err
     assert err.count("\n") == 1 and "Traceback" not in err
     if field == "beam":
-        assert "nbest" not in err  # issue 22.9: `--beam 0` blamed nbest
+        assert "nbest" not in err  # the beam is blamed, not nbest
 
 
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:

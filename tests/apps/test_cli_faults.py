@@ -1,4 +1,4 @@
-"""Issue 22: bad input and faults at `qkv translate` and `qkv evaluate` give one clear line (exit 2), never
+"""Bad input and faults at `qkv translate` and `qkv evaluate` give one clear line (exit 2), never
 a traceback; output is written as it is made, so that an interrupted run keeps its finished lines.
 
 In-process through `main([...])`, except where a real pipe or a full device is the point.
@@ -37,7 +37,7 @@ def one_error_line(err: str, command: str = "translate") -> str:
 
 
 def run(argv: list[str]) -> int | str:
-    """main(argv), or "interrupted" where a KeyboardInterrupt escapes it (the old behaviour), so that a
+    """main(argv), or "interrupted" where a KeyboardInterrupt escapes it, so that a
     failing check does not stop the test session."""
     try:
         return main(argv)
@@ -62,8 +62,8 @@ def test_ctrl_c_keeps_the_translations_already_written(model_dir: Path, tmp_path
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """Each chunk's lines are written, in input order, as soon as they are done: Ctrl-C during a later chunk
-    leaves them on stdout, says how many were written, and exits 130 without a traceback (it used to write
-    nothing at all)."""
+    leaves them on stdout, says how many were written, and exits 130 without a
+    traceback."""
     lines = [*EN, *ZH]
     source = write(tmp_path / "in.txt", lines)
     args = ["translate", "--model", str(model_dir), "--input", source, *FAST, "--batch-tokens", "8"]
@@ -295,7 +295,7 @@ def test_a_full_device_is_one_line_as_a_process(model_dir: Path, tmp_path: Path)
 def test_evaluate_downloads_a_missing_named_split_when_asked(model_dir: Path, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 22, item 16: the missing-data message offers --download, and `qkv evaluate` has it."""
+    """The missing-data message offers --download, and `qkv evaluate` has it."""
     from qkv.data import named
 
     argv = ["evaluate", "--model", str(model_dir), "--corpus", "multi30k", "--pair", "en-de",

@@ -57,7 +57,7 @@ def test_length_mismatch_raises():
         bleu(["a", "b"], ["a"])
     with pytest.raises(ValueError):
         tokenized_bleu(["a"], [], "en")
-    with pytest.raises(ValueError, match="no sentences to score"):  # issue 22.13: was an IndexError
+    with pytest.raises(ValueError, match="no sentences to score"):
         score([], [], "en")
 
 

@@ -229,7 +229,7 @@ def test_load_a_model_directory(tokenizer: SubwordTokenizer, tmp_path: Path) -> 
 
 def test_translate_stream_yields_each_chunk_as_soon_as_it_is_done(tokenizer: SubwordTokenizer,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 22.6: `translate_stream` gives the translations of `translate_detailed`, in input order, chunk by
+    """`translate_stream` gives the translations of `translate_detailed`, in input order, chunk by
     chunk: the first one comes after its chunk is decoded, not after the whole input; leaving early decodes
     nothing more. Its arguments are checked when it is called, before anything is decoded."""
     t = translator(tokenizer)
@@ -262,7 +262,7 @@ def test_translate_stream_yields_each_chunk_as_soon_as_it_is_done(tokenizer: Sub
 
 
 def test_a_beam_beyond_the_target_vocabulary_is_refused(tokenizer: SubwordTokenizer) -> None:
-    """Issue 22.9: a beam wider than the vocabulary cannot be filled and would allocate beam x vocabulary rows
+    """A beam wider than the vocabulary cannot be filled and would allocate beam x vocabulary rows
     (`--beam 100000`: 480 GB); it is refused, naming the vocabulary size. The widest beam works."""
     t = translator(tokenizer)
     vocab = t.target_vocab_size
@@ -277,8 +277,8 @@ def test_a_beam_beyond_the_target_vocabulary_is_refused(tokenizer: SubwordTokeni
 
 
 def test_load_refuses_no_directory_and_an_unusable_device(tmp_path: Path) -> None:
-    """Issue 22.13 and 22.14: `Translator.load([])` was an IndexError; a bad device a RuntimeError or an
-    AssertionError from deep inside torch."""
+    """`Translator.load([])` and a bad device are clear ValueErrors, not an IndexError,
+    a RuntimeError or an AssertionError from deep inside torch."""
     with pytest.raises(ValueError, match="no model directory given"):
         Translator.load([])
     with pytest.raises(ValueError, match="unknown device 'bogus'"):

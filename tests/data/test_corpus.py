@@ -147,7 +147,7 @@ def test_clean_rejects_bad_limits(kwargs, message):
 
 
 def test_read_lines_drops_a_byte_order_mark_at_the_start_only(tmp_path):
-    """Issue 22, item 10: a UTF-8 BOM (as Windows editors write it) is not part of the first
+    """A UTF-8 BOM (as Windows editors write it) is not part of the first
     sentence; the same character later in the file is text and stays."""
     path = tmp_path / "bom.txt"
     path.write_bytes(codecs.BOM_UTF8 + "Ein Hund.\n\ufeffzwei\n".encode())

@@ -113,8 +113,8 @@ def test_held_out_numbers_of_three_or_more_digits_are_never_trained_on_and_split
 
 
 def test_every_digit_count_gets_its_share_and_the_test_split_covers_all_short_numbers():
-    """Issue 22, item 12: unique draws used up the 100 one- and two-digit numbers at once, so
-    they were ~0.5% of training and absent from the held-out set."""
+    """Every digit count gets its share of training, and the held-out set covers the 100
+    one- and two-digit numbers (unique draws alone would use them all up at once)."""
     train, valid, test = synthetic_splits(seed=1234, n_train=20000, n_valid=200, n_test=500)
     counts = _digit_counts(train)
     assert sorted(counts) == [1, 2, 3, 4, 5, 6]

@@ -32,7 +32,7 @@ def test_max_output_length() -> None:
     assert DecodeOptions().max_output_length(10) == 10 + DEFAULT_MAX_LEN_B
     assert DecodeOptions(max_len_a=0.5, max_len_b=7).max_output_length(9) == int(0.5 * 9 + 7)
     assert DecodeOptions(max_len_a=0.0, max_len_b=0).max_output_length(30) == 0
-    # issue 22.9: no length limit asks for more than MAX_OUTPUT_TOKENS (a cache sized 10**9 was allocated)
+    # no length limit asks for more than MAX_OUTPUT_TOKENS (no cache of 10**9 rows)
     assert DecodeOptions(max_len_a=1e6, max_len_b=MAX_OUTPUT_TOKENS).max_output_length(10**6) == MAX_OUTPUT_TOKENS
 
 
@@ -42,7 +42,7 @@ def test_max_output_length() -> None:
     ("alpha", math.nan), ("alpha", math.inf), ("alpha", -math.inf),
     ("max_len_a", -0.5), ("max_len_a", math.inf), ("max_len_a", math.nan),
     ("max_len_b", -1), ("min_len", -1),
-    ("max_len_b", MAX_OUTPUT_TOKENS + 1), ("max_len_b", 10**20), ("min_len", MAX_OUTPUT_TOKENS + 1),  # issue 22.9
+    ("max_len_b", MAX_OUTPUT_TOKENS + 1), ("max_len_b", 10**20), ("min_len", MAX_OUTPUT_TOKENS + 1),
     ("temperature", 0.0), ("temperature", -1.0), ("temperature", math.nan), ("temperature", math.inf),
     ("top_k", -1),
     ("top_p", 0.0), ("top_p", 1.5), ("top_p", -0.1), ("top_p", math.nan),
@@ -75,7 +75,7 @@ def test_good_edge_values_are_accepted() -> None:
 
 
 def test_beam_zero_is_blamed_on_the_beam() -> None:
-    """Issue 22.9: `--beam 0` used to be reported as a bad nbest."""
+    """`--beam 0` is blamed on the beam, not on nbest."""
     with pytest.raises(ValueError, match=r"^beam must be >= 1") as error:
         DecodeOptions(beam=0)
     assert "nbest" not in str(error.value)

@@ -1,4 +1,4 @@
-"""Issue 21.2: the GRU encoder-decoder with Bahdanau attention (`model.arch: rnn`): its attention and its
+"""The GRU encoder-decoder with Bahdanau attention (`model.arch: rnn`): its attention and its
 decoder against a float64 hand computation, its cache against recomputation, under the same searches."""
 
 from __future__ import annotations

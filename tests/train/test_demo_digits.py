@@ -1,4 +1,4 @@
-"""Issue 22, item 12: the demo reports exact-match accuracy per digit count (1 to 6 digits), and
+"""The demo reports exact-match accuracy per digit count (1 to 6 digits), and
 short numbers are tested at all (every 1- and 2-digit number)."""
 
 from __future__ import annotations

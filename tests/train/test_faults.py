@@ -1,4 +1,4 @@
-"""Issue 22: bad input and faults in training. Never lose a user's files, never report a broken run
+"""Bad input and faults in training. Never lose a user's files, never report a broken run
 as a success, one clear line for every mistake (`qkv train: error: ...`, exit 2)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 21.1: a decoder-only language model, masked-token pretraining and a classifier, trained by the one
+"""A decoder-only language model, masked-token pretraining and a classifier, trained by the one
 trainer (the loop, checkpoints and exact resume of translation) and used from the command line."""
 
 from __future__ import annotations
