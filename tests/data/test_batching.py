@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from qkv.data.batching import TokenBatchSampler, collate
+from qkv.data.batching import TokenBatchSampler, collate, pad_sequences
 
 PAD, BOS, EOS = 0, 2, 3
 
@@ -30,6 +30,18 @@ def test_collate_adds_specials_and_pads():
     assert int((batch.tgt[:, 1:] != PAD).sum()) == batch.n_tgt_tokens
     assert batch.indices == [4, 1]
     assert collate([([5], [6])], PAD, BOS, EOS).indices == [0]
+
+
+def test_pad_sequences_matches_padding_row_by_row():
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(1, 1000, size=n).tolist() for n in [5, 0, 17, 1, 17, 3]]
+    expected = torch.full((len(seqs), 17), -1, dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        expected[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    padded = pad_sequences(seqs, pad_id=-1)
+    assert padded.dtype == torch.long
+    assert torch.equal(padded, expected)
+    assert pad_sequences([[], []], pad_id=0).shape == (2, 0)
 
 
 def test_no_batch_exceeds_max_tokens_and_batches_are_full():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import chain, pairwise
 
 import numpy as np
 import torch
@@ -53,11 +53,17 @@ class Batch:
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-    """Right-pad id sequences into a (len(seqs), longest) LongTensor."""
-    out = torch.full((len(seqs), max(map(len, seqs))), pad_id, dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        out[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-    return out
+    """Right-pad id sequences into a (len(seqs), longest) LongTensor.
+
+    One tensor per batch, not one per row: all ids go into one flat array and a (rows, longest)
+    mask of the real positions places them, row by row in order. Building a batch row by row costs
+    a torch.tensor call per sentence, which keeps a GPU waiting on the host.
+    """
+    lens = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))  # (B,)
+    ids = np.fromiter(chain.from_iterable(seqs), dtype=np.int64, count=int(lens.sum()))
+    out = np.full((len(seqs), int(lens.max())), pad_id, dtype=np.int64)  # (B, longest)
+    out[np.arange(out.shape[1]) < lens[:, None]] = ids
+    return torch.from_numpy(out)
 
 
 def collate(
