@@ -5,14 +5,15 @@
     python benchmarks/quality.py --plot docs/results/curves.png runs/quality/*/log.csv
 
 Each result is a recipe in configs/ plus its evaluation: `qkv train` (with --resume when the run exists; a
-killed run continues exactly), `qkv average` of the last checkpoints, `qkv evaluate` on the test split with
-beam search (Multi30k: tokenized lowercase BLEU against the official references, plus cased sacreBLEU and
-chrF; Tatoeba: sacreBLEU, with the `zh` tokenizer into Chinese). Checkpoints are chosen by the validation
-split only; so is the length penalty α when `--alphas` names several (each decodes the validation split once,
-the best α by the result's metric then decodes the test split). Writes RUN/result.json and RUN-avg/test.hyp
-and prints 10 sample translations; result.json also records the machine (CPU model, flags, cores) and versions.
-Where the CPU multiplies bf16 natively (`qkv.runtime.precision`), the test split is decoded a second time with
-`--precision bf16` at the same α, and result.json gains its scores as "bf16_decoding".
+killed run continues exactly), `qkv average` of the last checkpoints (`--window best`: of the checkpoints in a
+row with the best mean validation score), `qkv evaluate` on the test split with beam search (Multi30k:
+tokenized lowercase BLEU against the official references, plus cased sacreBLEU and chrF; Tatoeba: sacreBLEU,
+with the `zh` tokenizer into Chinese). Checkpoints are chosen by the validation split only; so is the length
+penalty α when `--alphas` names several (each decodes the validation split once, the best α by the result's
+metric then decodes the test split). Writes RUN/result.json and RUN-avg/test.hyp and prints 10 sample
+translations; result.json also records the machine (CPU model, flags, cores) and versions. Where the CPU
+multiplies bf16 natively (`qkv.runtime.precision`), the test split is decoded a second time with `--precision
+bf16` at the same α, and result.json gains its scores as "bf16_decoding".
 """
 
 from __future__ import annotations
@@ -54,13 +55,14 @@ def qkv(*args: str, capture: bool = False) -> str:
 
 
 def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bool = True,
-               alphas: tuple[float, ...] = (0.6,)) -> dict:
+               alphas: tuple[float, ...] = (0.6,), window: str = "last") -> dict:
     config, overrides, corpus, pair, last, beam = RESULTS[name]
     run, avg = runs / name, runs / f"{name}-avg"
     if train:
         resume = ["--resume"] if (run / "checkpoints").is_dir() else []
         qkv("train", config, "--out", str(run), "--data_dir", data_dir, *overrides, *extra, *resume)
-    qkv("average", "--model", str(run), "--last", str(last), "--out", str(avg))
+    averaged = qkv("average", "--model", str(run), f"--{window}", str(last), "--out", str(avg), capture=True)
+    print(averaged)
 
     def evaluate(split: str, alpha: float, *args: str) -> dict[str, float]:
         text = qkv("evaluate", "--model", str(avg), "--corpus", corpus, "--pair", pair, "--beam", str(beam),
@@ -80,7 +82,8 @@ def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bo
     with open(run / "log.csv", newline="") as f:
         log = list(csv.DictReader(f))
     result = {"result": name, "config": config, "overrides": overrides + extra, "pair": pair,
-              "averaged": last, "beam": beam, "alpha": alpha, "valid_by_alpha": on_valid, "steps": int(log[-1]["step"]),
+              "averaged": last, "window": window, "averaged_checkpoints": averaged.strip().splitlines()[-1],
+              "beam": beam, "alpha": alpha, "valid_by_alpha": on_valid, "steps": int(log[-1]["step"]),
               "train_hours": float(log[-1]["elapsed_s"]) / 3600, **scores, "bf16_decoding": bf16,
               "samples": samples(corpus, pair, data_dir, hyp_file),
               "machine": common.machine(), "versions": common.versions("torch")}
@@ -140,6 +143,9 @@ def main() -> int:
     p.add_argument("--runs", default="runs/quality", help="where the runs live (default: runs/quality)")
     p.add_argument("--plot", nargs="+", metavar=("PNG", "LOG_CSV"), help="plot learning curves and exit")
     p.add_argument("--no-train", action="store_true", help="average and evaluate the run as it is")
+    p.add_argument("--window", choices=("last", "best"), default="last",
+                   help="average the last checkpoints (default) or the consecutive ones with the best mean "
+                   "validation score (`qkv average --best`; `--keep_checkpoints N` keeps more of the run)")
     p.add_argument("--alphas", default="0.6,1.0,1.5", help="length penalties to try on the validation split, "
                    "comma-separated; the best decodes the test split (default: 0.6,1.0,1.5; one value: no search)")
     args, extra = p.parse_known_args()  # extra --key value pairs go to `qkv train`
@@ -149,7 +155,8 @@ def main() -> int:
     if args.result is None:
         p.error("name a result: " + ", ".join(sorted(RESULTS)))
     alphas = tuple(float(a) for a in args.alphas.split(","))
-    run_result(args.result, args.data_dir, Path(args.runs), extra, train=not args.no_train, alphas=alphas)
+    run_result(args.result, args.data_dir, Path(args.runs), extra, train=not args.no_train, alphas=alphas,
+               window=args.window)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from safetensors.torch import load_file
 from qkv.data.batching import collate
 from qkv.modeldir import CheckpointError, load_model_dir
 from qkv.train import TrainConfig, Trainer
-from qkv.train.average import average_run
+from qkv.train.average import average_run, best_window
 from qkv.train.checkpoints import list_checkpoints
 from qkv.train.recipe import load_train_config, parse_overrides
 
@@ -118,6 +119,79 @@ def test_checkpoints_model_dir_and_averaging(tmp_path: Path, recipe: Recipe) -> 
     assert model.config == load_model_dir(target).config
     with pytest.raises(ValueError, match="fewer than the 5"):
         average_run(run, last=5)
+
+
+def fake_run(root: Path, metric: str, history: dict[int, float], steps: list[int]) -> Path:
+    """Step checkpoints holding only a trainer state whose history scores `history`."""
+    key = f"valid_{metric}"
+    for step in steps:
+        folder = root / "checkpoints" / f"step_{step:08d}"
+        folder.mkdir(parents=True)
+        state = {"step": step, "config": {"valid_metric": metric},
+                 "history": [{"step": s, "valid_loss": 1.0, key: v} for s, v in history.items()]}
+        (folder / "trainer_state.json").write_text(json.dumps(state))
+    return root
+
+
+def test_best_window_has_the_best_mean_score(tmp_path: Path) -> None:
+    scores = {10: 1.0, 20: 5.0, 30: 4.0, 40: 9.0, 50: 2.0, 60: 3.0}
+    bleu = fake_run(tmp_path / "bleu", "bleu", scores, list(scores))
+    window = best_window(bleu, 2)  # pair means 3, 4.5, 6.5, 5.5, 2.5
+    assert [p.name for p in window.paths] == ["step_00000030", "step_00000040"]
+    assert window.metric == "bleu" and window.mean == 6.5
+    assert [p.name for p in best_window(bleu, 1).paths] == ["step_00000040"]
+    # a loss is best low; on a tie the later window wins
+    loss = fake_run(tmp_path / "loss", "loss", {}, list(scores))
+    for path in list_checkpoints(loss):
+        state = json.loads((path / "trainer_state.json").read_text())
+        state["history"] = [{"step": s, "valid_loss": {10: 3.0, 20: 1.0, 30: 2.0}.get(s, 1.5)}
+                            for s in scores]
+        (path / "trainer_state.json").write_text(json.dumps(state))
+    assert [p.name for p in best_window(loss, 2).paths] == ["step_00000050", "step_00000060"]
+    assert best_window(loss, 2).mean == -1.5
+    # a window's checkpoints are of consecutive validations: 20 and 40, with 30 pruned, are not one
+    gap = fake_run(tmp_path / "gap", "bleu", {10: 1.0, 20: 8.0, 30: 0.0, 40: 9.0, 50: 2.0}, [10, 20, 40, 50])
+    assert [p.name for p in best_window(gap, 2).paths] == ["step_00000040", "step_00000050"]
+    with pytest.raises(ValueError, match="keeps no 3 checkpoints"):
+        best_window(gap, 3)
+    with pytest.raises(ValueError, match="records no validations"):
+        best_window(fake_run(tmp_path / "none", "bleu", {}, [10]), 1)
+    with pytest.raises(ValueError, match="at least 1"):
+        best_window(bleu, 0)
+
+
+def test_average_best_window_of_a_run(tmp_path: Path, recipe: Recipe) -> None:
+    """`average_run(best=3)` averages the 3 consecutive checkpoints whose validation losses, as
+    log.csv records them, have the lowest mean."""
+    run = tmp_path / "run"
+    Trainer(recipe(max_steps=8, valid_every=1, keep_checkpoints=8), run).train()
+    with open(run / "log.csv", newline="") as f:
+        losses = {int(r["step"]): float(r["valid_loss"]) for r in csv.DictReader(f) if r["valid_loss"]}
+    assert sorted(losses) == list(range(1, 9))
+    start = min(range(1, 7), key=lambda s: (sum(losses[s + i] for i in range(3)), -s))
+    _target, paths = average_run(run, out_dir=tmp_path / "avg", best=3)
+    assert [p.name for p in paths] == [f"step_{s:08d}" for s in range(start, start + 3)]
+    averaged = load_model_dir(tmp_path / "avg").state_dict()
+    name = "encoder.layers.0.feed_forward.w_1.weight"
+    mean = sum(weights(run, s)[name] for s in range(start, start + 3)) / 3
+    torch.testing.assert_close(averaged[name], mean)
+    with pytest.raises(ValueError, match="one of --last N and --best N"):
+        average_run(run, last=2, best=2)
+
+
+def test_keep_best_checkpoints_keeps_the_best_window(tmp_path: Path, recipe: Recipe, monkeypatch) -> None:
+    """With keep_best_checkpoints 3 a run keeps its last 3 checkpoints and those of the 3 validations
+    in a row with the best mean score (scripted losses here), which `average_run(best=3)` averages;
+    every other checkpoint is pruned."""
+    losses = dict(enumerate([5.0, 4.0, 3.0, 1.0, 1.2, 1.1, 3.0, 4.0, 5.0, 6.0], start=1))
+    monkeypatch.setattr(Trainer, "validate", lambda self: {"valid_loss": losses[self.step]})
+    run = tmp_path / "run"
+    Trainer(recipe(max_steps=10, valid_every=1, keep_checkpoints=3, keep_best_checkpoints=3), run).train()
+    assert [p.name for p in list_checkpoints(run)] == [f"step_{s:08d}" for s in (4, 5, 6, 8, 9, 10)]
+    _target, paths = average_run(run, out_dir=tmp_path / "avg", best=3)
+    assert [p.name for p in paths] == [f"step_{s:08d}" for s in (4, 5, 6)]
+    with pytest.raises(ValueError, match="keep_best_checkpoints must be 0"):
+        recipe(keep_checkpoints=3, keep_best_checkpoints=4)
 
 
 def test_truncated_checkpoint_is_a_clear_error(tmp_path: Path, recipe: Recipe) -> None:

@@ -3,6 +3,7 @@
     qkv params --preset base --vocab 37000        parameter count of a preset
     qkv train CONFIG --out DIR [--key value ...]  train a model directory (--key overrides config)
     qkv average --model DIR --last 10             average the last N checkpoints of a run
+    qkv average --model DIR --best 5              ... or the N with the best validation scores
     qkv demo [--out DIR]                          train on synthetic data and show the result
     qkv translate --model DIR [--input FILE]      translate lines (stdin or FILE) to stdout
     qkv attention --model DIR --out DIR TEXT      every attention map of a translation: JSON, PNGs
@@ -93,9 +94,14 @@ def _report_interrupt(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> int:
-    from ..train.average import average_run
+    from ..train.average import average_run, best_window
 
-    target, paths = average_run(args.model, args.last, args.out)
+    if args.best is not None:
+        window = best_window(args.model, args.best)
+        mean = -window.mean if window.metric == "loss" else window.mean  # a loss is negated
+        print(f"the best {args.best} in a row: mean validation {window.metric} {mean:.4g}")
+    last = 10 if args.last is None and args.best is None else args.last
+    target, paths = average_run(args.model, last, args.out, best=args.best)
     print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {target}")
     return 0
 
@@ -800,9 +806,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="NAME", help="draw only these figures")
     p.set_defaults(func=cmd_figures)
 
-    p = sub.add_parser("average", help="average the last N checkpoints of a training run")
+    p = sub.add_parser("average", help="average the last (or best) N checkpoints of a training run")
     p.add_argument("--model", required=True, help="the training run's output directory")
-    p.add_argument("--last", type=int, default=10, help="how many of the newest checkpoints")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--last", type=int, help="how many of the newest checkpoints (default: 10)")
+    which.add_argument(
+        "--best",
+        type=int,
+        metavar="N",
+        help="the N consecutive kept checkpoints with the best mean validation score "
+        "(the run's valid_metric)",
+    )
     p.add_argument(
         "--out", help="write a new model directory here (default: replace the run's weights)"
     )

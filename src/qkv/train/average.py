@@ -1,5 +1,7 @@
 """Checkpoint averaging (paper 6.1: "averaging the last 5 checkpoints, which were written at
-10-minute intervals"): the element-wise mean of the weights of the last N step checkpoints.
+10-minute intervals"): the element-wise mean of the weights of N step checkpoints — the last N, or
+the N consecutive kept checkpoints whose validations score best on average (the run's
+`valid_metric`), for a run that trains past its best (`keep_checkpoints` sets how many are kept).
 
 Everything is checked before anything is written: every checkpoint's weights exist and hold the
 same tensor names and shapes as the run's model (an offending file is named), and the mean must
@@ -8,7 +10,11 @@ fit the model exactly. Then the output is written, each file atomically.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -18,9 +24,11 @@ from ..modeldir import (
     CheckpointError,
     copy_config_and_tokenizer,
     load_model_dir,
+    read_json,
     save_weights,
 )
-from .checkpoints import list_checkpoints
+from .checkpoints import STATE_FILE, list_checkpoints
+from .recipe import validation_score
 
 
 def _tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
@@ -71,22 +79,88 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {name: (t / len(paths)).float() for name, t in total.items()}
 
 
+@dataclass
+class Window:
+    """The checkpoints of a validation-chosen window and their mean score."""
+
+    paths: list[Path]
+    metric: str  # the run's valid_metric
+    mean: float  # mean validation score (the negated loss for "loss")
+
+
+def best_steps(
+    history: list[dict[str, Any]], metric: str, n: int, kept: Collection[int] | None = None
+) -> tuple[list[int], float] | None:
+    """The steps of the `n` consecutive validations in `history` (a run's validation metrics,
+    oldest first) with the best mean score under `metric` (higher is better: the metric, or the
+    negated loss), the later on a tie, and that mean. With `kept`, only windows whose every step is
+    in it count. None when no window counts."""
+    scores = [(int(h["step"]), validation_score(metric, h)) for h in history]
+    best: tuple[list[int], float] | None = None
+    for end in range(n, len(scores) + 1):
+        steps = [step for step, _ in scores[end - n : end]]
+        mean = sum(score for _, score in scores[end - n : end]) / n
+        if kept is not None and not all(step in kept for step in steps):
+            continue
+        if math.isfinite(mean) and (best is None or mean >= best[1]):
+            best = (steps, mean)
+    return best
+
+
+def best_window(run_dir: str | Path, n: int) -> Window:
+    """The `n` (>= 1) kept checkpoints of a run at consecutive validations with the best mean score
+    (the run's valid_metric; `best_steps`). The scores come from the newest checkpoint's
+    validation history."""
+    if n < 1:
+        raise ValueError(f"--best must be at least 1, got {n}")
+    run_dir = Path(run_dir)
+    paths = {int(p.name.removeprefix("step_")): p for p in list_checkpoints(run_dir)}
+    if not paths:
+        raise ValueError(f"{run_dir} has no step checkpoints")
+    newest = paths[max(paths)] / STATE_FILE
+    state = read_json(newest)
+    metric = state.get("config", {}).get("valid_metric") if isinstance(state, dict) else None
+    history = state.get("history") if isinstance(state, dict) else None
+    if not metric or not history:
+        raise ValueError(
+            f"{newest} records no validations to choose by (a run without validation data); "
+            "average the last checkpoints with --last"
+        )
+    best = best_steps(history, metric, n, kept=paths)
+    if best is None:
+        raise ValueError(
+            f"{run_dir} keeps no {n} checkpoints of consecutive validations ({len(paths)} kept; "
+            "keep_checkpoints and keep_best_checkpoints set what a run keeps)"
+        )
+    steps, mean = best
+    return Window([paths[step] for step in steps], metric, mean)
+
+
 def average_run(
-    run_dir: str | Path, last: int, out_dir: str | Path | None = None
+    run_dir: str | Path,
+    last: int | None = None,
+    out_dir: str | Path | None = None,
+    best: int | None = None,
 ) -> tuple[Path, list[Path]]:
-    """Average the last `last` (>= 1) step checkpoints of a training run into a model directory.
+    """Average step checkpoints of a training run into a model directory: the last `last`
+    (>= 1), or with `best` the `best_window` of that many.
 
     The result goes to out_dir (a copy of the run's config and tokenizer plus the averaged weights),
     or replaces run_dir/model.safetensors when out_dir is None or is run_dir itself.
     """
-    if last < 1:
-        raise ValueError(f"--last must be at least 1, got {last}")
     run_dir = Path(run_dir)
-    paths = list_checkpoints(run_dir)[-last:]
-    if len(paths) < last:
-        raise ValueError(
-            f"{run_dir} has {len(paths)} checkpoint(s), fewer than the {last} asked for"
-        )
+    if best is not None and last is None:
+        paths = best_window(run_dir, best).paths
+    elif last is not None and best is None:
+        if last < 1:
+            raise ValueError(f"--last must be at least 1, got {last}")
+        paths = list_checkpoints(run_dir)[-last:]
+        if len(paths) < last:
+            raise ValueError(
+                f"{run_dir} has {len(paths)} checkpoint(s), fewer than the {last} asked for"
+            )
+    else:
+        raise ValueError("give one of --last N and --best N")
     target = Path(out_dir) if out_dir is not None else run_dir
     if target.exists() and not target.is_dir():
         raise ValueError(f"--out {target} is a file, not a directory")

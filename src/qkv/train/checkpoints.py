@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,9 +218,11 @@ def load_checkpoint(
     return state, RngStates(cpu, cuda)
 
 
-def prune_checkpoints(root: Path, keep: int) -> None:
-    """Delete all but the newest `keep` (>= 1) step checkpoints."""
+def prune_checkpoints(root: Path, keep: int, also_keep: Collection[int] = ()) -> None:
+    """Delete all but the newest `keep` (>= 1) step checkpoints and those of the steps in
+    `also_keep`."""
     if keep < 1:
         raise ValueError(f"keep_checkpoints must be at least 1, got {keep}")
     for old in list_checkpoints(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        if int(old.name.removeprefix("step_")) not in also_keep:
+            shutil.rmtree(old, ignore_errors=True)

@@ -25,6 +25,14 @@ VALID_METRICS = {
     "mlm": ("loss",),
     "classify": ("accuracy", "macro_f1", "loss"),
 }
+
+
+def validation_score(metric: str, metrics: dict[str, float]) -> float:
+    """One validation's score under `metric` (a VALID_METRICS name), higher is better: the
+    metric itself, or the negated loss for "loss"."""
+    return -metrics["valid_loss"] if metric == "loss" else metrics[f"valid_{metric}"]
+
+
 # the data keys each task reads
 TASK_DATA_KEYS = {
     "translate": (
@@ -111,6 +119,9 @@ class TrainConfig:
     valid_max_sentences: int | None = None  # decode only the first N validation sentences
     patience: int | None = None  # stop after this many validations without improvement
     keep_checkpoints: int = 10  # most recent step checkpoints kept (for `qkv average`); >= 1
+    # also keep the checkpoints of the N consecutive validations with the best mean score so far
+    # (`qkv average --best N` after a run that trains past its best); 0: off
+    keep_best_checkpoints: int = 0
     log_every: int = 100
     tensorboard: bool = True
     # --- machine
@@ -168,6 +179,12 @@ class TrainConfig:
         )
         for name in positive:
             check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        check(
+            0 <= self.keep_best_checkpoints <= self.keep_checkpoints,
+            f"keep_best_checkpoints must be 0 (off) up to keep_checkpoints "
+            f"({self.keep_checkpoints}: a window is kept whole until it is validated), "
+            f"got {self.keep_best_checkpoints}",
+        )
         try:  # the schedule checks its own arguments (an unknown name, no room to decay)
             lr_multiplier(self.schedule, self.warmup, self.max_steps)
         except ValueError as e:

@@ -46,6 +46,7 @@ from ..modeldir import (
 )
 from ..runtime.precision import describe_hardware, resolve_precision
 from ..runtime.training import prepare_for_training
+from .average import best_steps
 from .checkpoints import (
     RngStates,
     check_checkpoint,
@@ -57,7 +58,7 @@ from .checkpoints import (
 )
 from .distributed import all_gather, all_reduce_sum, barrier, cleanup, init_distributed
 from .logs import TrainingLog, log_fields
-from .recipe import TrainConfig
+from .recipe import TrainConfig, validation_score
 from .schedule import lr_multiplier, paper_peak_lr
 from .tasks import Task, make_task
 
@@ -74,6 +75,7 @@ RESUME_SAFE_KEYS = (
     "valid_every",
     "log_every",
     "keep_checkpoints",
+    "keep_best_checkpoints",
     "patience",
     "tensorboard",
     "threads",
@@ -388,8 +390,15 @@ class Trainer:
                 )
             except OSError as e:
                 raise self._write_failed(f"the checkpoint of step {self.step}", e) from e
-            prune_checkpoints(self.out, self.cfg.keep_checkpoints)
+            prune_checkpoints(self.out, self.cfg.keep_checkpoints, self._best_window_steps())
         barrier(self.env)
+
+    def _best_window_steps(self) -> list[int]:
+        """The steps of the keep_best_checkpoints consecutive validations with the best mean score
+        so far (`qkv average --best`); none when the option is off or no window is complete."""
+        n, metric = self.cfg.keep_best_checkpoints, self.cfg.valid_metric
+        best = best_steps(self.progress.history, metric, n) if n and metric else None
+        return best[0] if best else []
 
     def _write_failed(self, what: str, e: OSError) -> TrainingError:
         """The error that stops a run whose output cannot be written (a full disk, ...)."""
@@ -523,9 +532,7 @@ class Trainer:
         return out
 
     def _improved(self, metrics: dict[str, float]) -> bool:
-        name = self.cfg.valid_metric
-        # higher is better
-        value = -metrics["valid_loss"] if name == "loss" else metrics[f"valid_{name}"]
+        value = validation_score(self.cfg.valid_metric, metrics)  # higher is better
         p = self.progress
         if not math.isfinite(value):  # NaN or inf is never the best
             return False
