@@ -110,6 +110,8 @@ class DecodingAttention(MultiHeadedAttention):
             mask = self._stack_queries(mask, H, T)
         if bias is not None:
             bias = self._stack_queries(bias, H, T)
+        if q.dtype == torch.bfloat16:  # bf16 products of a cache's strided slice run far slower
+            k, v = k.contiguous(), v.contiguous()  # than a copy and the contiguous product
         scale = self.score.scale / self.temperature
         scores = q @ k.transpose(-2, -1) * scale  # (B, H_kv, group*T, S)
         out, _ = softmax_attention(scores, v, mask, bias)
