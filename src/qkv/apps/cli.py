@@ -94,14 +94,16 @@ def _report_interrupt(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> int:
-    from ..train.average import average_run, best_window
+    from ..train.average import average_into, average_run, best_window
 
     if args.best is not None:
         window = best_window(args.model, args.best)
         mean = -window.mean if window.metric == "loss" else window.mean  # a loss is negated
         print(f"the best {args.best} in a row: mean validation {window.metric} {mean:.4g}")
-    last = 10 if args.last is None and args.best is None else args.last
-    target, paths = average_run(args.model, last, args.out, best=args.best)
+        paths = window.paths
+        target = average_into(args.model, paths, args.out)
+    else:
+        target, paths = average_run(args.model, 10 if args.last is None else args.last, args.out)
     print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {target}")
     return 0
 

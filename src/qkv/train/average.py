@@ -27,7 +27,7 @@ from ..modeldir import (
     read_json,
     save_weights,
 )
-from .checkpoints import STATE_FILE, list_checkpoints
+from .checkpoints import STATE_FILE, checkpoint_step, list_checkpoints
 from .recipe import validation_score
 
 
@@ -114,7 +114,7 @@ def best_window(run_dir: str | Path, n: int) -> Window:
     if n < 1:
         raise ValueError(f"--best must be at least 1, got {n}")
     run_dir = Path(run_dir)
-    paths = {int(p.name.removeprefix("step_")): p for p in list_checkpoints(run_dir)}
+    paths = {checkpoint_step(p): p for p in list_checkpoints(run_dir)}
     if not paths:
         raise ValueError(f"{run_dir} has no step checkpoints")
     newest = paths[max(paths)] / STATE_FILE
@@ -142,12 +142,9 @@ def average_run(
     out_dir: str | Path | None = None,
     best: int | None = None,
 ) -> tuple[Path, list[Path]]:
-    """Average step checkpoints of a training run into a model directory: the last `last`
-    (>= 1), or with `best` the `best_window` of that many.
-
-    The result goes to out_dir (a copy of the run's config and tokenizer plus the averaged weights),
-    or replaces run_dir/model.safetensors when out_dir is None or is run_dir itself.
-    """
+    """Average step checkpoints of a training run into a model directory (`average_into`): the
+    last `last` (>= 1), or with `best` the `best_window` of that many. Returns the directory and
+    the checkpoints averaged."""
     run_dir = Path(run_dir)
     if best is not None and last is None:
         paths = best_window(run_dir, best).paths
@@ -161,6 +158,16 @@ def average_run(
             )
     else:
         raise ValueError("give one of --last N and --best N")
+    return average_into(run_dir, paths, out_dir), paths
+
+
+def average_into(run_dir: str | Path, paths: list[Path], out_dir: str | Path | None = None) -> Path:
+    """Average the step checkpoints `paths` of the run in run_dir into a model directory.
+
+    The result goes to out_dir (a copy of the run's config and tokenizer plus the averaged weights),
+    or replaces run_dir/model.safetensors when out_dir is None or is run_dir itself.
+    """
+    run_dir = Path(run_dir)
     target = Path(out_dir) if out_dir is not None else run_dir
     if target.exists() and not target.is_dir():
         raise ValueError(f"--out {target} is a file, not a directory")
@@ -186,4 +193,4 @@ def average_run(
     # everything checked: now write, each file atomically (nothing to copy onto itself)
     copy_config_and_tokenizer(run_dir, target)
     save_weights(target / WEIGHTS_FILE, model)
-    return target, paths
+    return target

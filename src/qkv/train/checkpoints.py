@@ -74,6 +74,11 @@ def checkpoint_dir(root: Path, step: int) -> Path:
     return root / "checkpoints" / f"step_{step:08d}"
 
 
+def checkpoint_step(path: Path) -> int:
+    """The step of a checkpoint directory (`checkpoint_dir`'s inverse)."""
+    return int(path.name.removeprefix("step_"))
+
+
 def list_checkpoints(root: Path) -> list[Path]:
     """Complete step checkpoints under root/checkpoints, oldest first."""
     folder = root / "checkpoints"
@@ -224,5 +229,5 @@ def prune_checkpoints(root: Path, keep: int, also_keep: Collection[int] = ()) ->
     if keep < 1:
         raise ValueError(f"keep_checkpoints must be at least 1, got {keep}")
     for old in list_checkpoints(root)[:-keep]:
-        if int(old.name.removeprefix("step_")) not in also_keep:
+        if checkpoint_step(old) not in also_keep:
             shutil.rmtree(old, ignore_errors=True)
