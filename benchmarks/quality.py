@@ -116,25 +116,27 @@ def plot(png: str, logs: list[str]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_bleu, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
-    for path in logs:
+    fig, (ax_bleu, ax_loss) = plt.subplots(1, 2, figsize=(12, 5.5))
+    colors = plt.get_cmap("tab20").colors  # distinct colours for up to 20 runs
+    for i, path in enumerate(logs):
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
         label = Path(path).stem if Path(path).stem != "log" else Path(path).parent.name
+        color = colors[i % len(colors)]
         valid = [r for r in rows if r["valid_bleu"]]
-        (line,) = ax_bleu.plot([int(r["step"]) for r in valid], [float(r["valid_bleu"]) for r in valid],
-                               marker=".", label=label)
+        ax_bleu.plot([int(r["step"]) for r in valid], [float(r["valid_bleu"]) for r in valid],
+                     marker=".", color=color, label=label)
         train = [r for r in rows if r["train_loss"]]
-        ax_loss.plot([int(r["step"]) for r in train], [float(r["train_loss"]) for r in train], color=line.get_color(),
-                     label=f"{label} train")
+        ax_loss.plot([int(r["step"]) for r in train], [float(r["train_loss"]) for r in train], color=color)
         ax_loss.plot([int(r["step"]) for r in valid], [float(r["valid_loss"]) for r in valid], "--",
-                     color=line.get_color(), label=f"{label} valid")
+                     color=color)
     ax_bleu.set(xlabel="update", ylabel="validation BLEU (greedy, sacreBLEU)")
-    ax_loss.set(xlabel="update", ylabel="label-smoothed loss per token")
+    ax_loss.set(xlabel="update", ylabel="label-smoothed loss per token (solid: train, dashed: valid)")
     for ax in (ax_bleu, ax_loss):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    # one legend for both panels, below them: the runs' colours
+    fig.legend(*ax_bleu.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.04 * ((len(logs) + 2) // 3), 1, 1))
     fig.savefig(png, dpi=110)
     print(f"wrote {png}")
 
