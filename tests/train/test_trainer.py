@@ -11,11 +11,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from qkv.apps.cli import main
 from qkv.data.batching import collate
 from qkv.modeldir import CheckpointError, load_model_dir
 from qkv.train import TrainConfig, Trainer
-from qkv.train.average import average_run, best_window
-from qkv.train.checkpoints import list_checkpoints
+from qkv.train.average import average_into, average_run, best_window
+from qkv.train.checkpoints import checkpoint_dir, list_checkpoints
 from qkv.train.recipe import load_train_config, parse_overrides
 
 Recipe = Callable[..., TrainConfig]
@@ -125,7 +126,7 @@ def fake_run(root: Path, metric: str, history: dict[int, float], steps: list[int
     """Step checkpoints holding only a trainer state whose history scores `history`."""
     key = f"valid_{metric}"
     for step in steps:
-        folder = root / "checkpoints" / f"step_{step:08d}"
+        folder = checkpoint_dir(root, step)
         folder.mkdir(parents=True)
         state = {"step": step, "config": {"valid_metric": metric},
                  "history": [{"step": s, "valid_loss": 1.0, key: v} for s, v in history.items()]}
@@ -161,35 +162,37 @@ def test_best_window_has_the_best_mean_score(tmp_path: Path) -> None:
 
 
 def test_average_best_window_of_a_run(tmp_path: Path, recipe: Recipe) -> None:
-    """`average_run(best=3)` averages the 3 consecutive checkpoints whose validation losses, as
-    log.csv records them, have the lowest mean."""
+    """`qkv average --best 3` averages the 3 consecutive checkpoints whose validation losses, as
+    log.csv records them, have the lowest mean; --best and --last exclude each other."""
     run = tmp_path / "run"
     Trainer(recipe(max_steps=8, valid_every=1, keep_checkpoints=8), run).train()
     with open(run / "log.csv", newline="") as f:
         losses = {int(r["step"]): float(r["valid_loss"]) for r in csv.DictReader(f) if r["valid_loss"]}
     assert sorted(losses) == list(range(1, 9))
     start = min(range(1, 7), key=lambda s: (sum(losses[s + i] for i in range(3)), -s))
-    _target, paths = average_run(run, out_dir=tmp_path / "avg", best=3)
+    assert main(["average", "--model", str(run), "--best", "3", "--out", str(tmp_path / "avg")]) == 0
+    paths = best_window(run, 3).paths
     assert [p.name for p in paths] == [f"step_{s:08d}" for s in range(start, start + 3)]
     averaged = load_model_dir(tmp_path / "avg").state_dict()
     name = "encoder.layers.0.feed_forward.w_1.weight"
     mean = sum(weights(run, s)[name] for s in range(start, start + 3)) / 3
     torch.testing.assert_close(averaged[name], mean)
-    with pytest.raises(ValueError, match="one of --last N and --best N"):
-        average_run(run, last=2, best=2)
+    with pytest.raises(SystemExit):  # argparse: not allowed with argument --last
+        main(["average", "--model", str(run), "--last", "2", "--best", "2"])
 
 
 def test_keep_best_checkpoints_keeps_the_best_window(tmp_path: Path, recipe: Recipe, monkeypatch) -> None:
     """With keep_best_checkpoints 3 a run keeps its last 3 checkpoints and those of the 3 validations
-    in a row with the best mean score (scripted losses here), which `average_run(best=3)` averages;
+    in a row with the best mean score (scripted losses here), which `best_window` picks;
     every other checkpoint is pruned."""
     losses = dict(enumerate([5.0, 4.0, 3.0, 1.0, 1.2, 1.1, 3.0, 4.0, 5.0, 6.0], start=1))
     monkeypatch.setattr(Trainer, "validate", lambda self: {"valid_loss": losses[self.step]})
     run = tmp_path / "run"
     Trainer(recipe(max_steps=10, valid_every=1, keep_checkpoints=3, keep_best_checkpoints=3), run).train()
     assert [p.name for p in list_checkpoints(run)] == [f"step_{s:08d}" for s in (4, 5, 6, 8, 9, 10)]
-    _target, paths = average_run(run, out_dir=tmp_path / "avg", best=3)
+    paths = best_window(run, 3).paths
     assert [p.name for p in paths] == [f"step_{s:08d}" for s in (4, 5, 6)]
+    average_into(run, paths, tmp_path / "avg")  # the kept window averages
     with pytest.raises(ValueError, match="keep_best_checkpoints must be 0"):
         recipe(keep_checkpoints=3, keep_best_checkpoints=4)
 

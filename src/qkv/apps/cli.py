@@ -103,7 +103,7 @@ def cmd_average(args: argparse.Namespace) -> int:
         paths = window.paths
         target = average_into(args.model, paths, args.out)
     else:
-        target, paths = average_run(args.model, 10 if args.last is None else args.last, args.out)
+        target, paths = average_run(args.model, args.last, args.out)
     print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {target}")
     return 0
 
@@ -811,7 +811,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("average", help="average the last (or best) N checkpoints of a training run")
     p.add_argument("--model", required=True, help="the training run's output directory")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--last", type=int, help="how many of the newest checkpoints (default: 10)")
+    which.add_argument(
+        "--last", type=int, default=10, help="how many of the newest checkpoints (default: 10)"
+    )
     which.add_argument(
         "--best",
         type=int,

@@ -137,27 +137,17 @@ def best_window(run_dir: str | Path, n: int) -> Window:
 
 
 def average_run(
-    run_dir: str | Path,
-    last: int | None = None,
-    out_dir: str | Path | None = None,
-    best: int | None = None,
+    run_dir: str | Path, last: int, out_dir: str | Path | None = None
 ) -> tuple[Path, list[Path]]:
-    """Average step checkpoints of a training run into a model directory (`average_into`): the
-    last `last` (>= 1), or with `best` the `best_window` of that many. Returns the directory and
-    the checkpoints averaged."""
-    run_dir = Path(run_dir)
-    if best is not None and last is None:
-        paths = best_window(run_dir, best).paths
-    elif last is not None and best is None:
-        if last < 1:
-            raise ValueError(f"--last must be at least 1, got {last}")
-        paths = list_checkpoints(run_dir)[-last:]
-        if len(paths) < last:
-            raise ValueError(
-                f"{run_dir} has {len(paths)} checkpoint(s), fewer than the {last} asked for"
-            )
-    else:
-        raise ValueError("give one of --last N and --best N")
+    """Average the last `last` (>= 1) step checkpoints of a training run into a model directory
+    (`average_into`). Returns the directory and the checkpoints averaged."""
+    if last < 1:
+        raise ValueError(f"--last must be at least 1, got {last}")
+    paths = list_checkpoints(Path(run_dir))[-last:]
+    if len(paths) < last:
+        raise ValueError(
+            f"{run_dir} has {len(paths)} checkpoint(s), fewer than the {last} asked for"
+        )
     return average_into(run_dir, paths, out_dir), paths
 
 
