@@ -131,7 +131,7 @@ def plot(png: str, logs: list[str]) -> None:
         ax_loss.plot([int(r["step"]) for r in valid], [float(r["valid_loss"]) for r in valid], "--",
                      color=color)
     ax_bleu.set(xlabel="update", ylabel="validation BLEU (greedy, sacreBLEU)")
-    ax_loss.set(xlabel="update", ylabel="label-smoothed loss per token (solid: train, dashed: valid)")
+    ax_loss.set(xlabel="update", ylabel="label-smoothed loss (solid: train, dashed: valid)")
     for ax in (ax_bleu, ax_loss):
         ax.grid(alpha=0.3)
     # one legend for both panels, below them: the runs' colours
