@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,15 @@ def test_params_prints_paper_sized_count(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["params", "--preset", "base", "--vocab", "37000"]) == 0
     printed = int(re.search(r"([\d,]+) parameters", capsys.readouterr().out).group(1).replace(",", ""))
     assert abs(printed - 65e6) / 65e6 < 0.05  # the paper's Table 3: 65M for base
+
+
+def test_parser_leaves_the_http_stack_unloaded() -> None:
+    """Every command builds the whole parser (serve's limits included); only `qkv serve` itself
+    loads FastAPI and uvicorn. In a fresh interpreter: this one has them from other tests."""
+    code = ("import sys; from qkv.apps.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('fastapi', 'uvicorn', 'starlette') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_decoding_argument_defaults_are_the_library_defaults() -> None:

@@ -517,7 +517,7 @@ def _add_precision_argument(p: argparse.ArgumentParser) -> None:
 
 def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     from ..runtime.quantize import QUANTIZATIONS
-    from .server import Limits
+    from .server.limits import Limits
 
     limits, defaults = Limits(), DecodeOptions()
     p.add_argument(

@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...decode.options import DecodeOptions
 from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
 from .batcher import Batcher, Job, QueueFull
+from .limits import Limits
 from .metrics import Metrics
 
 STATIC = Path(__file__).parent / "static"
@@ -51,18 +52,6 @@ LANGUAGE_NAMES = {
     "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ru": "Russian", "tr": "Turkish",
     "uk": "Ukrainian", "zh": "Chinese",
 }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one request may ask for, and how long it may take."""
-
-    max_body_bytes: int = 1 << 20  # request body (413)
-    max_chars: int = 10_000  # characters of text in one request (413)
-    max_sentences: int = 128  # sentences (lines) in one request (413)
-    max_beam: int = 16  # beam and n-best (400)
-    timeout: float = 60.0  # seconds from arrival to answer (504)
-    max_queue: int = 256  # requests waiting for the decoder (503 beyond)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,18 @@
+"""The limits of one request: `qkv serve`'s options read their defaults here, without the
+HTTP stack."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for, and how long it may take."""
+
+    max_body_bytes: int = 1 << 20  # request body (413)
+    max_chars: int = 10_000  # characters of text in one request (413)
+    max_sentences: int = 128  # sentences (lines) in one request (413)
+    max_beam: int = 16  # beam and n-best (400)
+    timeout: float = 60.0  # seconds from arrival to answer (504)
+    max_queue: int = 256  # requests waiting for the decoder (503 beyond)
