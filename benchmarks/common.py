@@ -95,13 +95,14 @@ def random_sentences(n: int, words: int, vocab: int = VOCAB, seed: int = 1) -> t
 # --- timing ---------------------------------------------------------------------------------------
 
 def cpu_seconds() -> tuple[float, float]:
-    """(busy CPU seconds of the whole machine since boot, CPU seconds of this process and all its
-    threads). Busy is user + nice + system + irq + softirq + steal of /proc/stat's first line."""
+    """(busy CPU seconds of the whole machine since boot, CPU seconds of this process, all its
+    threads and its ended child processes, such as forked decoding workers). Busy is user + nice +
+    system + irq + softirq + steal of /proc/stat's first line."""
     fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields)
     busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
     own = os.times()
-    return busy, own.user + own.system
+    return busy, own.user + own.system + own.children_user + own.children_system
 
 
 def timed(run: Callable[[], Any], repeats: int) -> tuple[dict[str, float], Any]:

@@ -40,8 +40,9 @@ Timed, each engine and setting in a fresh subprocess (so that the peak RSS is it
   its default threads and with (inter_threads, intra_threads) = (2, 1); it receives all sentences of
   a run at once with max_batch_size = the batch, so inter_threads = 2 decodes two batches in
   parallel (its throughput mode). qkv runs both ways too: "qkv" uses torch's threads on one batch at
-  a time, "qkv 2x1" decodes two batches at once on two worker threads with one torch thread each
-  (`qkv.runtime.workers`, `--workers 2` in `qkv translate`). "qkv" rows use packed weights
+  a time, "qkv 2x1" decodes two batches at once on two worker threads with one torch thread each,
+  "qkv 2x1 processes" in two forked worker processes of one torch thread each (`qkv.runtime.workers`;
+  what `--workers 2` in `qkv translate` runs on a CPU where the system forks). "qkv" rows use packed weights
   (`qkv.runtime.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear.
   On a CPU that multiplies bf16 natively (AVX512_BF16 or AMX, detected at run time; the line after
   the machine says), "qkv bf16" (bf16 packed weights, `--precision bf16`), "qkv 2x1 bf16" and
@@ -91,6 +92,7 @@ import common  # benchmarks/common.py (the script's folder is on sys.path)
 from common import BOS, D_FF, D_MODEL, EOS, HEADS, LAYERS, UNK, marian_config, memory_mb, timed
 
 CT2_THREADS = [("default", 1, 0), ("2x1", 2, 1)]  # (label, inter_threads, intra_threads)
+WORKERS = [(1, False), (2, False), (2, True)]  # qkv: (workers, processes)
 ATTENTION_LENGTHS = [128, 256, 512, 1024, 2048, 4096]
 OPUS_EOS = 0  # OPUS-MT's eos; its pad and decoder start are the last id
 ENV = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false",
@@ -157,7 +159,7 @@ Translate = Callable[[list[list[int]], int], list[list[int]]]  # (sources, batch
 
 def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str | None = None,
                workers: int = 1, pack: bool | None = None, use_cache: bool = True, model: str = "qkv",
-               precision: str = "fp32") -> Translate:
+               precision: str = "fp32", processes: bool = False) -> Translate:
     import torch
 
     from qkv.decode.search import beam_search, greedy
@@ -178,7 +180,8 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
 
     def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
         batches = [torch.tensor(sources[i : i + batch]) for i in range(0, len(sources), batch)]
-        return [tokens for out in map_in_workers(decode, batches, workers) for tokens in out]
+        return [tokens for out in map_in_workers(decode, batches, workers, processes)
+                for tokens in out]
 
     return translate
 
@@ -240,7 +243,7 @@ def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) ->
     if spec["engine"] == "qkv":
         return qkv_engine(work, spec["beam"], min_len, max_len, spec.get("quantize"),
                           spec.get("workers", 1), spec.get("pack"), spec.get("cache", True), opus + "qkv",
-                          spec.get("precision", "fp32"))
+                          spec.get("precision", "fp32"), spec.get("processes", False))
     if spec["engine"] == "hf":
         return hf_engine(work, spec["beam"], min_len, max_len, opus + "hf", spec.get("precision", "fp32"))
     return ct2_engine(work, spec["beam"], min_len, max_len, spec["vocab"], spec["compute_type"], spec["inter"],
@@ -457,6 +460,7 @@ def engine_name(r: dict[str, Any]) -> str:
         return " ".join(["qkv", *(["unpacked"] if not r.get("pack", True) else []),
                          *([r["quantize"]] if r.get("quantize") else []),
                          *(["2x1"] if r.get("workers", 1) == 2 else []),
+                         *(["processes"] if r.get("processes") else []),
                          *(["bf16"] if r.get("precision") == "bf16" else []),
                          *(["cache off"] if not r.get("cache", True) else [])]) + opus
     return ("HF transformers" + (" bf16" if r.get("precision") == "bf16" else "")
@@ -598,10 +602,10 @@ def main() -> None:
                 setting = {**shared, "task": "decode", "beam": beam, "batch": batch, "sentences": n,
                            "new_tokens": args.new_tokens}
                 decode_specs += [{**setting, "engine": "qkv", "pack": False}]
-                decode_specs += [{**setting, "engine": "qkv", "quantize": q, "workers": w}
-                                 for q in (None, "int8") for w in (1, 2)]
-                decode_specs += [{**setting, "engine": "qkv", "precision": "bf16", "workers": w}
-                                 for w in (1, 2) if bf16]
+                decode_specs += [{**setting, "engine": "qkv", "quantize": q, "workers": w, "processes": fork}
+                                 for q in (None, "int8") for w, fork in WORKERS]
+                decode_specs += [{**setting, "engine": "qkv", "precision": "bf16", "workers": w, "processes": fork}
+                                 for w, fork in WORKERS if bf16]
                 decode_specs += [{**setting, "engine": "hf", "precision": "bf16"}] if bf16 else []
                 if beam == 1 and args.cache_off:
                     decode_specs += [{**setting, "engine": "qkv", "cache": False}]

@@ -677,7 +677,8 @@ def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=1,
-        help="batches decoded at once, each on its share of the CPU threads (default: %(default)s)",
+        help="batches decoded at once: on a CPU, forked processes of one thread each (give as "
+        "many as cores; threads where the system does not fork) (default: %(default)s)",
     )
 
 

@@ -44,7 +44,7 @@ from ..model import AttentionWeights, Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import load_model_dir
 from ..runtime.prepare import prepare_for_decoding
-from ..runtime.workers import map_in_workers
+from ..runtime.workers import can_fork, map_in_workers
 
 DEFAULT_MAX_SRC_TOKENS = 1024  # longest source before truncation (subword tokens, eos included)
 DEFAULT_BATCH_TOKENS = 4096  # most padded source tokens in a batch
@@ -224,9 +224,10 @@ class Translator:
             The three need one model, not an ensemble; they are computed after the search, by
             one teacher-forced pass over each batch's best hypotheses (`search.attention_weights`).
         batch_tokens: the most padded source tokens per batch (a longer sentence goes alone).
-        workers: decode this many batches at once, each on its share of torch's threads
-        (`runtime.workers`); with fewer batches than workers, the largest batches are split so that
-        each worker has one.
+        workers: decode this many batches at once (`runtime.workers`): on a CPU, in forked
+        processes of one torch thread each (give as many as cores) where the system forks, else
+        in threads that share torch's threads; with fewer batches than workers, the largest
+        batches are split so that each worker has one.
         """
         extras = _Extras(attention, alignment, attention_maps)
         ids, options = self._prepare(texts, options, extras, batch_tokens, workers)
@@ -355,7 +356,8 @@ class Translator:
             return src, self._search(src, options, max_len, seed=options.seed + first_batch + b)
 
         jobs = list(enumerate(bounds))
-        decoded = map_in_workers(decode, jobs, workers)
+        processes = self.device.type == "cpu" and can_fork()  # no GIL between the searches
+        decoded = map_in_workers(decode, jobs, workers, processes)
         for (_, (start, end)), (src, hyps) in zip(jobs, decoded, strict=True):
             batch = order[start:end]
             maps = None
