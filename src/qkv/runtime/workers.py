@@ -20,6 +20,7 @@ Two kinds of worker:
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _FORKED_TASK: tuple[Callable[[Any], Any], Sequence[Any]] | None = None  # what forked workers run
+_FORK_LOCK = threading.Lock()  # one forked call at a time: the task is a module global
 
 
 def can_fork() -> bool:
@@ -71,17 +73,18 @@ def _map_in_processes(fn: Callable[[T], R], jobs: Sequence[T], workers: int) -> 
     take job indices one at a time, so a long job does not hold back the others. A worker that
     dies raises BrokenProcessPool here instead of leaving the call waiting."""
     global _FORKED_TASK
-    _FORKED_TASK = (fn, jobs)
-    try:
-        with ProcessPoolExecutor(
-            workers,
-            mp_context=multiprocessing.get_context("fork"),
-            initializer=torch.set_num_threads,
-            initargs=(1,),
-        ) as pool:
-            return list(pool.map(_run_forked_job, range(len(jobs))))
-    finally:
-        _FORKED_TASK = None
+    with _FORK_LOCK:
+        _FORKED_TASK = (fn, jobs)
+        try:
+            with ProcessPoolExecutor(
+                workers,
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=torch.set_num_threads,
+                initargs=(1,),
+            ) as pool:
+                return list(pool.map(_run_forked_job, range(len(jobs))))
+        finally:
+            _FORKED_TASK = None
 
 
 def _run_forked_job(index: int) -> Any:
