@@ -6,9 +6,9 @@
 
 Each result is a recipe in configs/ plus its evaluation: `qkv train` (with --resume when the run exists; a
 killed run continues exactly), `qkv average` of the last checkpoints (`--window best`: of the checkpoints in a
-row with the best mean validation score), `qkv evaluate` on the test split with beam search (Multi30k:
-tokenized lowercase BLEU against the official references, plus cased sacreBLEU and chrF; Tatoeba: sacreBLEU,
-with the `zh` tokenizer into Chinese). Checkpoints are chosen by the validation split only; so is the length
+row with the best mean validation score; `--average N`: N of them instead of 5), `qkv evaluate` on the test
+split with beam search (Multi30k: tokenized lowercase BLEU against the official references, plus cased
+sacreBLEU and chrF; Tatoeba: sacreBLEU, with the `zh` tokenizer into Chinese). Checkpoints are chosen by the validation split only; so is the length
 penalty α when `--alphas` names several (each decodes the validation split once, the best α by the result's
 metric then decodes the test split). Writes RUN/result.json and RUN-avg/test.hyp and prints 10 sample
 translations; result.json also records the machine (CPU model, flags, cores) and versions. Where the CPU
@@ -58,8 +58,9 @@ def qkv(*args: str, capture: bool = False) -> str:
 
 
 def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bool = True,
-               alphas: tuple[float, ...] = (0.6,), window: str = "last") -> dict:
+               alphas: tuple[float, ...] = (0.6,), window: str = "last", average: int | None = None) -> dict:
     config, overrides, corpus, pair, last, beam = RESULTS[name]
+    last = average or last
     run, avg = runs / name, runs / f"{name}-avg"
     if train:
         resume = ["--resume"] if (run / "checkpoints").is_dir() else []
@@ -151,6 +152,8 @@ def main() -> int:
     p.add_argument("--window", choices=("last", "best"), default="last",
                    help="average the last checkpoints (default) or the consecutive ones with the best mean "
                    "validation score (`qkv average --best`; `--keep_checkpoints N` keeps more of the run)")
+    p.add_argument("--average", type=int, metavar="N", help="average N checkpoints instead of the result's own "
+                   "number (5; the recipes keep 10)")
     p.add_argument("--alphas", default="0.6,1.0,1.5", help="length penalties to try on the validation split, "
                    "comma-separated; the best decodes the test split (default: 0.6,1.0,1.5; one value: no search)")
     args, extra = p.parse_known_args()  # extra --key value pairs go to `qkv train`
@@ -159,9 +162,11 @@ def main() -> int:
         return 0
     if args.result is None:
         p.error("name a result: " + ", ".join(sorted(RESULTS)))
+    if args.average is not None and args.average < 1:
+        p.error(f"--average must be at least 1, got {args.average}")
     alphas = tuple(float(a) for a in args.alphas.split(","))
     run_result(args.result, args.data_dir, Path(args.runs), extra, train=not args.no_train, alphas=alphas,
-               window=args.window)
+               window=args.window, average=args.average)
     return 0
 
 
