@@ -47,6 +47,10 @@ RESULTS: dict[str, tuple[str, list[str], str, str, int, int]] = {
     "tatoeba-zh-en": ("configs/tatoeba-zh-en.yaml", [], "tatoeba-zh-en", "zh-en", 5, 5),
     "tatoeba-en-zh": ("configs/tatoeba-zh-en.yaml", ["--src_lang", "en", "--tgt_lang", "zh", "--max_hours", "1.95"],
                       "tatoeba-zh-en", "en-zh", 5, 5),
+    "tatoeba-en-zh-sampling": ("configs/tatoeba-zh-en.yaml",
+                               ["--src_lang", "en", "--tgt_lang", "zh", "--max_hours", "1.95",
+                                "--max_steps", "19000", "--subword_dropout", "0.2"],
+                               "tatoeba-zh-en", "en-zh", 5, 5),
 }
 
 
