@@ -4,13 +4,13 @@
     python benchmarks/quality.py multi30k-en-de --data-dir ../shared/data          # again: resumes the run
     python benchmarks/quality.py --plot docs/results/curves.png runs/quality/*/log.csv
 
-Each result is a recipe in configs/ plus its evaluation: `qkv train` (with --resume when the run exists; a
-killed run continues exactly), `qkv average` of the last checkpoints (`--window best`: of the checkpoints in a
-row with the best mean validation score; `--average N`: N of them instead of 5), `qkv evaluate` on the test
-split with beam search (Multi30k: tokenized lowercase BLEU against the official references, plus cased
-sacreBLEU and chrF; Tatoeba: sacreBLEU, with the `zh` tokenizer into Chinese). Checkpoints are chosen by the validation split only; so is the length
-penalty α when `--alphas` names several (each decodes the validation split once, the best α by the result's
-metric then decodes the test split). Writes RUN/result.json and RUN-avg/test.hyp and prints 10 sample
+Each result is a recipe in configs/ plus its evaluation: `qkv train` (with --resume when the run exists; a killed
+run continues exactly), `qkv average` of the last checkpoints (`--window best`: of the checkpoints in a row with
+the best mean validation score; `--average N`: N of them instead of 5), `qkv evaluate` on the test split with beam
+search (Multi30k: tokenized lowercase BLEU against the official references, plus cased sacreBLEU and chrF;
+Tatoeba: sacreBLEU, with the `zh` tokenizer into Chinese). Checkpoints are chosen by the validation split only; so
+is the length penalty α when `--alphas` names several (each decodes the validation split once, the best α by the
+result's metric then decodes the test split). Writes RUN/result.json and RUN-avg/test.hyp and prints 10 sample
 translations; result.json also records the machine (CPU model, flags, cores) and versions. Where the CPU
 multiplies bf16 natively (`qkv.runtime.precision`), the test split is decoded a second time with `--precision
 bf16` at the same α, and result.json gains its scores as "bf16_decoding".
