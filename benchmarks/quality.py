@@ -83,6 +83,9 @@ def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bo
     metric = "tok_bleu" if named.tok_splits else "bleu"  # the published metric where official tokenized refs exist
     on_valid = {a: evaluate(splits[1], a)[metric] for a in alphas} if len(alphas) > 1 else {}
     alpha = max(on_valid, key=on_valid.__getitem__) if on_valid else alphas[0]
+    if on_valid and alpha == max(alphas):
+        print(f"alpha {alpha} is the edge of the search: --alphas {alpha},{alpha + 0.5},{alpha + 1} "
+              "--no-train looks past it")
     hyp_file = avg / "test.hyp"
     scores = evaluate(splits[-1], alpha, "--output", str(hyp_file))
     # `qkv evaluate` decodes on the CPU
