@@ -41,8 +41,9 @@ Timed, each engine and setting in a fresh subprocess (so that the peak RSS is it
   a run at once with max_batch_size = the batch, so inter_threads = 2 decodes two batches in
   parallel (its throughput mode). qkv runs both ways too: "qkv" uses torch's threads on one batch at
   a time, "qkv 2x1" decodes two batches at once on two worker threads with one torch thread each,
-  "qkv 2x1 processes" in two forked worker processes of one torch thread each (`qkv.runtime.workers`;
-  what `--workers 2` in `qkv translate` runs on a CPU where the system forks). "qkv" rows use packed weights
+  "qkv 2x1 processes" in two worker processes of one torch thread each, forked once before the timed
+  runs (`qkv.runtime.workers.ForkedWorkers`; what `--workers 2` in `qkv translate` runs on a CPU where
+  the system forks, kept by the `Translator` from call to call). "qkv" rows use packed weights
   (`qkv.runtime.packed`, what `Translator.load` does on the CPU); "qkv unpacked" uses nn.Linear.
   On a CPU that multiplies bf16 natively (AVX512_BF16 or AMX, detected at run time; the line after
   the machine says), "qkv bf16" (bf16 packed weights, `--precision bf16`), "qkv 2x1 bf16" and
@@ -165,7 +166,7 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
     from qkv.decode.search import beam_search, greedy
     from qkv.modeldir import load_model_dir
     from qkv.runtime.prepare import prepare_for_decoding
-    from qkv.runtime.workers import map_in_workers
+    from qkv.runtime.workers import ForkedWorkers, map_in_workers
 
     model = prepare_for_decoding(load_model_dir(work / model), "cpu", quantize, pack,  # as Translator.load does
                                  precision=precision)
@@ -178,10 +179,13 @@ def qkv_engine(work: Path, beam: int, min_len: int, max_len: int, quantize: str 
                             use_cache=use_cache)
         return [hyps[0].tokens for hyps in nbest]
 
+    forked = ForkedWorkers(decode, workers) if processes and workers > 1 else None  # as Translator
+
     def translate(sources: list[list[int]], batch: int) -> list[list[int]]:
         batches = [torch.tensor(sources[i : i + batch]) for i in range(0, len(sources), batch)]
-        return [tokens for out in map_in_workers(decode, batches, workers, processes)
-                for tokens in out]
+        if forked is not None and len(batches) > 1:
+            return [tokens for out in forked.map(batches) for tokens in out]
+        return [tokens for out in map_in_workers(decode, batches, workers) for tokens in out]
 
     return translate
 

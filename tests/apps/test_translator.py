@@ -18,6 +18,7 @@ from qkv.decode.ensemble import Ensemble
 from qkv.decode.options import DecodeOptions
 from qkv.modeldir import save_model_dir
 from qkv.runtime.packed import packing_available
+from qkv.runtime.workers import can_fork
 from sentences import EN, ZH  # tests/sentences.py
 from tiny_models import EndingTransformer, tiny_config
 
@@ -82,6 +83,13 @@ def test_workers_give_the_same_translations(tokenizer: SubwordTokenizer) -> None
                     assert torch.allclose(a.attention, b.attention, atol=1e-5)
     with pytest.raises(ValueError, match="workers"):
         t.translate(TEXTS, workers=0)
+    if can_fork():  # worker processes, forked once and kept for the next calls
+        workers = t._workers
+        assert workers is not None and workers.workers == 2
+        assert t.translate(TEXTS, options, workers=2, batch_tokens=30) == [x.text for x in alone]
+        assert t._workers is workers
+        t.close()
+        assert t._workers is None
 
 
 def test_each_worker_runs_torch_on_its_share_of_the_threads() -> None:

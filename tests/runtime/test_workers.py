@@ -1,5 +1,6 @@
-"""Worker processes (`map_in_workers(..., processes=True)`): forked, one torch thread each, results in
-job order, the same decoding as one process, and a failure raised instead of a hang."""
+"""Worker processes (`map_in_workers(..., processes=True)` and `ForkedWorkers`): forked, one torch
+thread each, results in job order, the same decoding as one process, and a failure raised instead of a
+hang."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 
 from qkv.decode.search import greedy
 from qkv.runtime.packed import pack_linear_weights, packing_available
-from qkv.runtime.workers import can_fork, map_in_workers
+from qkv.runtime.workers import ForkedWorkers, can_fork, map_in_workers
 from tiny_models import batch, random_sources, tiny_model
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="worker processes need fork")
@@ -68,3 +69,26 @@ def test_a_failing_job_raises_in_the_caller() -> None:
         map_in_workers(_raise, [0, 1], workers=2, processes=True)
     with pytest.raises(ValueError, match="workers"):
         map_in_workers(_raise, [0, 1], workers=0, processes=True)
+
+
+def test_forked_workers_fork_once_and_serve_many_calls() -> None:
+    """ForkedWorkers keeps its processes: a second map runs in the same ones, fn (a closure, which does
+    not pickle) comes from the fork, and a worker that dies breaks that map only."""
+    parent, offset = os.getpid(), 10
+
+    def where(x: int) -> tuple[int, int, int]:
+        return x + offset, os.getpid(), torch.get_num_threads()
+
+    with ForkedWorkers(where, workers=2) as workers:
+        first = workers.map([3, 1, 2, 5])
+        second = workers.map([7, 8])
+        assert [y for y, _, _ in first] == [13, 11, 12, 15] and [y for y, _, _ in second] == [17, 18]
+        pids = {pid for _, pid, _ in first + second}
+        assert parent not in pids and 1 <= len(pids) <= 2  # the same processes both times
+        assert {threads for _, _, threads in first + second} == {1}
+    with ForkedWorkers(_exit_on_one, workers=2) as dying:
+        with pytest.raises(BrokenProcessPool):
+            dying.map([0, 1, 2])
+        assert dying.map([0, 2]) == [0, 2]  # forked afresh
+    with pytest.raises(ValueError, match="workers"):
+        ForkedWorkers(where, workers=0)

@@ -44,11 +44,13 @@ from ..model import AttentionWeights, Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import load_model_dir
 from ..runtime.prepare import prepare_for_decoding
-from ..runtime.workers import can_fork, map_in_workers
+from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
 
 DEFAULT_MAX_SRC_TOKENS = 1024  # longest source before truncation (subword tokens, eos included)
 DEFAULT_BATCH_TOKENS = 4096  # most padded source tokens in a batch
 CHUNK_BATCHES = 16  # translate_stream decodes about this many batches' worth of lines at a time
+# one batch to search: src (B, S), options, max_len (B,), seed
+_Search = tuple[Tensor, DecodeOptions, Tensor, int]
 
 
 @dataclass
@@ -136,6 +138,7 @@ class Translator:
         self.max_src_tokens = max_src_tokens
         if self.max_src_tokens < 2:
             raise ValueError(f"max_src_tokens must be >= 2 (a token and eos), got {max_src_tokens}")
+        self._workers: ForkedWorkers | None = None  # forked at the first call with workers > 1
 
     @classmethod
     def load(
@@ -346,19 +349,20 @@ class Translator:
             bounds.remove((start, end))
             bounds = sorted([*bounds, (start, middle), (middle, end)])
 
-        def decode(job: tuple[int, tuple[int, int]]) -> tuple[Tensor, list[list[Hypothesis]]]:
-            b, (start, end) = job
+        searches: list[_Search] = []
+        for b, (start, end) in enumerate(bounds):
             batch = order[start:end]
             rows = [[*ids[i], self.tokenizer.eos_id] for i in batch]
             src = pad_sequences(rows, self.tokenizer.pad_id).to(self.device)  # (B, S)
             lengths = [options.max_output_length(len(ids[i])) for i in batch]
             max_len = torch.tensor(lengths, device=self.device)  # (B,)
-            return src, self._search(src, options, max_len, seed=options.seed + first_batch + b)
-
-        jobs = list(enumerate(bounds))
-        processes = self.device.type == "cpu" and can_fork()  # no GIL between the searches
-        decoded = map_in_workers(decode, jobs, workers, processes)
-        for (_, (start, end)), (src, hyps) in zip(jobs, decoded, strict=True):
+            searches.append((src, options, max_len, options.seed + first_batch + b))
+        # on a CPU that forks, worker processes: no GIL between the searches
+        if workers > 1 and len(searches) > 1 and self.device.type == "cpu" and can_fork():
+            decoded = self._forked_workers(workers).map(searches)
+        else:  # threads
+            decoded = map_in_workers(self._run_search, searches, workers)
+        for (start, end), (src, *_), hyps in zip(bounds, searches, decoded, strict=True):
             batch = order[start:end]
             maps = None
             if extras.weights:  # one teacher-forced pass over the batch's best hypotheses
@@ -367,6 +371,23 @@ class Translator:
                 row_maps = None if maps is None else maps[row]
                 results[i] = self._translation(sentence_hyps, ids[i], row_maps, extras)
         return results, len(bounds)  # type: ignore[return-value]
+
+    def _forked_workers(self, workers: int) -> ForkedWorkers:
+        """This translator's worker processes, forked at the first call that needs them and kept
+        for the next ones (the model does not change after loading)."""
+        if self._workers is None or self._workers.workers != workers:
+            self.close()
+            self._workers = ForkedWorkers(self._run_search, workers)
+        return self._workers
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (the next call with workers > 1 forks new ones)."""
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+
+    def _run_search(self, search: _Search) -> list[list[Hypothesis]]:
+        return self._search(*search)
 
     def _search(
         self, src: Tensor, options: DecodeOptions, max_len: Tensor, seed: int
