@@ -96,13 +96,32 @@ def random_sentences(n: int, words: int, vocab: int = VOCAB, seed: int = 1) -> t
 
 def cpu_seconds() -> tuple[float, float]:
     """(busy CPU seconds of the whole machine since boot, CPU seconds of this process, all its
-    threads and its ended child processes, such as forked decoding workers). Busy is user + nice +
-    system + irq + softirq + steal of /proc/stat's first line."""
+    threads and its child processes, ended or running, such as forked decoding workers). Busy is
+    user + nice + system + irq + softirq + steal of /proc/stat's first line."""
     fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields)
     busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
     own = os.times()
-    return busy, own.user + own.system + own.children_user + own.children_system
+    return busy, own.user + own.system + own.children_user + own.children_system + running_children()
+
+
+def running_children() -> float:
+    """CPU seconds of this process's running children (worker processes kept between calls), from
+    /proc/<pid>/stat's utime and stime; 0 where /proc lists no children."""
+    ticks = 0
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            pids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:  # ended meanwhile: os.times counts it once it is reaped
+                continue
+            after_name = stat.rsplit(")", 1)[1].split()  # fields 3 on; 14 and 15 are utime, stime
+            ticks += int(after_name[11]) + int(after_name[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def timed(run: Callable[[], Any], repeats: int) -> tuple[dict[str, float], Any]:

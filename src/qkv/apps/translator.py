@@ -228,8 +228,9 @@ class Translator:
             one teacher-forced pass over each batch's best hypotheses (`search.attention_weights`).
         batch_tokens: the most padded source tokens per batch (a longer sentence goes alone).
         workers: decode this many batches at once (`runtime.workers`): on a CPU, in forked
-        processes of one torch thread each (give as many as cores) where the system forks, else
-        in threads that share torch's threads; with fewer batches than workers, the largest
+        processes of one torch thread each (give as many as cores) where the system forks,
+        forked at the first such call and kept for the next ones until `close`, else in
+        threads that share torch's threads; with fewer batches than workers, the largest
         batches are split so that each worker has one.
         """
         extras = _Extras(attention, alignment, attention_maps)
