@@ -22,7 +22,6 @@ Two kinds of worker:
 from __future__ import annotations
 
 import multiprocessing
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -33,8 +32,6 @@ import torch
 T = TypeVar("T")
 R = TypeVar("R")
 
-_FORKED_TASK: tuple[Callable[[Any], Any], Sequence[Any]] | None = None  # what forked workers run
-_FORK_LOCK = threading.Lock()  # one forked call at a time: the task is a module global
 _INSTALLED: Callable[[Any], Any] | None = None  # what a ForkedWorkers process runs
 
 
@@ -48,10 +45,10 @@ def map_in_workers(
 ) -> list[R]:
     """[fn(job) for job in jobs], computed by `workers` threads that each give torch an equal share
     (at least one) of its current intra-op threads, or by `workers` forked processes of one torch
-    thread each. Results come back in job order.
+    thread each (`ForkedWorkers`, forked for this call). Results come back in job order.
 
     fn must not change shared state: decoding functions qualify (the model is read-only in eval mode
-    and every call makes its own cache). With processes, its results must pickle.
+    and every call makes its own cache). With processes, jobs and results must pickle.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -59,8 +56,9 @@ def map_in_workers(
         raise ValueError("worker processes need a system that forks (Linux); use threads")
     if workers == 1 or len(jobs) <= 1:
         return [fn(job) for job in jobs]
-    if processes:
-        return _map_in_processes(fn, jobs, min(workers, len(jobs)))
+    if processes:  # forked for this call only
+        with ForkedWorkers(fn, min(workers, len(jobs))) as forked:
+            return forked.map(jobs)
     total = torch.get_num_threads()
     share = max(1, total // workers)
     try:
@@ -72,25 +70,6 @@ def map_in_workers(
         torch.set_num_threads(total)  # also the count that threads started later begin with
 
 
-def _map_in_processes(fn: Callable[[T], R], jobs: Sequence[T], workers: int) -> list[R]:
-    """The forked workers: they inherit fn and the jobs (nothing is pickled on the way in) and
-    take job indices one at a time, so a long job does not hold back the others. A worker that
-    dies raises BrokenProcessPool here instead of leaving the call waiting."""
-    global _FORKED_TASK
-    with _FORK_LOCK:
-        _FORKED_TASK = (fn, jobs)
-        try:
-            with ProcessPoolExecutor(
-                workers,
-                mp_context=multiprocessing.get_context("fork"),
-                initializer=torch.set_num_threads,
-                initargs=(1,),
-            ) as pool:
-                return list(pool.map(_run_forked_job, range(len(jobs))))
-        finally:
-            _FORKED_TASK = None
-
-
 class ForkedWorkers:
     """`workers` processes forked from this one at the first `map`, one torch thread each, kept
     for every later `map` until `close` (or the end of the program): `map_in_workers(fn, jobs,
@@ -98,7 +77,9 @@ class ForkedWorkers:
 
     fn is inherited at the fork, not pickled: it runs on the objects of the moment of the fork,
     so what it reads must not change afterwards (a decoding model in eval mode). Jobs and results
-    are pickled. A worker that dies raises BrokenProcessPool; the next `map` forks afresh.
+    are pickled; a worker takes them one at a time, so a long job does not hold back the others. A
+    worker that dies raises BrokenProcessPool here instead of leaving the call waiting; the next
+    `map` forks afresh.
     """
 
     def __init__(self, fn: Callable[[T], R], workers: int) -> None:
@@ -146,12 +127,6 @@ def _install(fn: Callable[[Any], Any]) -> None:
 def _run_installed(job: Any) -> Any:
     assert _INSTALLED is not None, "runs in a process started by ForkedWorkers"
     return _INSTALLED(job)
-
-
-def _run_forked_job(index: int) -> Any:
-    assert _FORKED_TASK is not None, "runs in a worker forked by _map_in_processes"
-    fn, jobs = _FORKED_TASK
-    return fn(jobs[index])
 
 
 __all__ = ["ForkedWorkers", "can_fork", "map_in_workers"]
