@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="bf16: weights cast once, as `--precision bf16` decodes")
+    parser.add_argument("--quantize", choices=["int8"],
+                        help="int8 linear layers, as `--quantize int8` decodes (fp32 otherwise)")
     parser.add_argument("--cache-off", action="store_true", help="decode without the decoder cache")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="", help="a label printed first (which tree this is)")
@@ -54,7 +56,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model = prepare_for_decoding(common.base_model().to(args.device), args.device,
-                                 precision=args.precision)
+                                 quantize=args.quantize, precision=args.precision)
     n = common.BATCH32_SENTENCES if args.batch == 32 else common.BATCH1_SENTENCES
     new_tokens, use_cache = common.NEW_TOKENS, not args.cache_off
     src = common.random_sentences(n, common.SRC_LEN).to(args.device)
@@ -81,7 +83,7 @@ def main() -> None:
                                         max_name_column_width=40))
         return
     times, _ = common.timed(run, args.repeats)
-    setting = f"{args.search} b{args.batch} workers {args.workers} {args.precision}"
+    setting = f"{args.search} b{args.batch} workers {args.workers} {args.quantize or args.precision}"
     print(f"{args.tag}\t{setting}{' cache off' if args.cache_off else ''}"
           f"\t{n * new_tokens / times['seconds']:.1f} tokens/s"
           f"\tpeak RSS {common.memory_mb('VmHWM'):.0f} MB"
