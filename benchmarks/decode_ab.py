@@ -29,7 +29,7 @@ import torch
 import common  # benchmarks/common.py (the script's folder is on sys.path)
 from qkv.decode.search import beam_search, greedy
 from qkv.runtime.prepare import prepare_for_decoding
-from qkv.runtime.workers import map_in_workers
+from qkv.runtime.workers import ForkedWorkers, map_in_workers
 
 
 def main() -> None:
@@ -38,7 +38,10 @@ def main() -> None:
                         help="greedy or beam 4")
     parser.add_argument("--batch", type=int, choices=[1, 32], default=32)
     parser.add_argument("--workers", type=int, default=1,
-                        help="batches decoded at once, on worker threads")
+                        help="batches decoded at once, on worker threads unless --processes")
+    parser.add_argument("--processes", choices=["kept", "per-call"],
+                        help="workers in forked processes of one thread: forked once and kept "
+                        "(`ForkedWorkers`, as a Translator does) or forked for every call")
     parser.add_argument("--threads", type=int,
                         help="torch intra-op threads (default: torch's, one per core)")
     parser.add_argument("--device", default="cpu")
@@ -68,8 +71,13 @@ def main() -> None:
         return beam_search(model, batch, beam=4, min_len=new_tokens, max_len=new_tokens,
                            use_cache=use_cache)
 
+    kept = ForkedWorkers(one, args.workers) if args.processes == "kept" else None
+
     def run() -> list[Any]:
-        out = map_in_workers(one, jobs, args.workers)
+        if kept is not None:
+            out = kept.map(jobs)
+        else:
+            out = map_in_workers(one, jobs, args.workers, processes=args.processes == "per-call")
         if src.is_cuda:
             torch.cuda.synchronize()
         return out
@@ -83,7 +91,9 @@ def main() -> None:
                                         max_name_column_width=40))
         return
     times, _ = common.timed(run, args.repeats)
-    setting = f"{args.search} b{args.batch} workers {args.workers} {args.quantize or args.precision}"
+    processes = f" processes {args.processes}" if args.processes else ""
+    setting = (f"{args.search} b{args.batch} workers {args.workers}{processes} "
+               f"{args.quantize or args.precision}")
     print(f"{args.tag}\t{setting}{' cache off' if args.cache_off else ''}"
           f"\t{n * new_tokens / times['seconds']:.1f} tokens/s"
           f"\tpeak RSS {common.memory_mb('VmHWM'):.0f} MB"
