@@ -51,6 +51,10 @@ RESULTS: dict[str, tuple[str, list[str], str, str, int, int]] = {
                                ["--src_lang", "en", "--tgt_lang", "zh", "--max_hours", "1.95",
                                 "--max_steps", "19000", "--subword_dropout", "0.2"],
                                "tatoeba-zh-en", "en-zh", 5, 5),
+    "tatoeba-en-zh-cosine": ("configs/tatoeba-zh-en.yaml",
+                             ["--src_lang", "en", "--tgt_lang", "zh", "--max_hours", "1.95",
+                              "--max_steps", "19000", "--subword_dropout", "0.2", "--schedule", "cosine"],
+                             "tatoeba-zh-en", "en-zh", 5, 5),
 }
 
 
