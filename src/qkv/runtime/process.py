@@ -18,6 +18,19 @@ zeroes it. Turning both off keeps the memory once touched, as tcmalloc or jemall
 process's RSS then stays at its peak instead of breathing. docs/benchmarks.md measures what it gains
 for training on the CPU.
 
+`onednn_primitive_cache` bounds how many oneDNN primitives the process keeps (oneDNN's default:
+1,024). In bf16 on a CPU with AVX512_BF16 or AMX, every matrix product of a new shape builds a
+oneDNN primitive, and a training step of a new (rows, source length, target length) builds ~40 of
+them; variable-length batches make nearly every step new, and a primitive is rarely used again
+after its step. Each cached primitive holds memory, and with freed memory kept (above) it is
+allocated amid the step's large tensors, so the heap cannot reuse those holes for the next step's
+larger ones: RSS grew by gigabytes every few hundred updates, until the machine ran out of memory
+(float32 products go to a BLAS that builds nothing per shape). A cache of `TRAINING_PRIMITIVE_CACHE`
+entries holds every primitive of one step, so the layers of a step still share them; measured in
+docs/benchmarks.md ("Training memory"). oneDNN reads the capacity once, when it first builds a
+primitive: `configure_process` sets it before anything runs (an `ONEDNN_PRIMITIVE_CACHE_CAPACITY`
+already in the environment wins), and a later call changes nothing.
+
 `cudnn_attention=False` turns off PyTorch's cuDNN backend of `scaled_dot_product_attention` (CUDA
 only; the flash and memory-efficient kernels take its place). On an H100 with torch 2.11 that
 backend builds a graph for every new shape: 40 ms per new (batch, length) in bf16, 650 ms the first
@@ -29,6 +42,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import random
 import sys
 
@@ -37,6 +51,9 @@ import torch
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_MAX = -4
+# oneDNN primitives kept while training on the CPU (module docstring)
+TRAINING_PRIMITIVE_CACHE = 128
+PRIMITIVE_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 
 
 def configure_process(
@@ -44,6 +61,7 @@ def configure_process(
     seed: int | None = None,
     keep_freed_memory: bool = False,
     cudnn_attention: bool | None = None,
+    onednn_primitive_cache: int | None = None,
 ) -> None:
     """Set the process-wide settings; None / False leaves a setting as it is.
 
@@ -53,6 +71,8 @@ def configure_process(
         whatever the process's seed.)
     keep_freed_memory: ask glibc to keep freed memory (see the module docstring); for CPU training.
     cudnn_attention: whether scaled_dot_product_attention may use cuDNN on CUDA (module docstring).
+    onednn_primitive_cache: how many oneDNN primitives to keep (module docstring); before the
+        process's first oneDNN call only, and not over the environment's own setting.
     """
     if threads:
         torch.set_num_threads(threads)
@@ -64,6 +84,8 @@ def configure_process(
         _keep_freed_memory()
     if cudnn_attention is not None:
         torch.backends.cuda.enable_cudnn_sdp(cudnn_attention)
+    if onednn_primitive_cache is not None:
+        os.environ.setdefault(PRIMITIVE_CACHE_VARIABLE, str(onednn_primitive_cache))
 
 
 def keep_freed_memory() -> bool:

@@ -15,6 +15,7 @@ import yaml
 
 from ..config import PRESETS, TransformerConfig, dataclass_from_dict
 from ..runtime.precision import PRECISIONS
+from ..runtime.process import TRAINING_PRIMITIVE_CACHE
 from .distributed import resolve_device
 from .schedule import lr_multiplier
 
@@ -286,8 +287,9 @@ class TrainConfig:
 
     def process_settings(self) -> dict[str, Any]:
         """The arguments of `qkv.runtime.process.configure_process` this recipe asks for: its
-        threads and seed, keep_freed_memory when it trains on the CPU, and no cuDNN attention
-        (it builds a graph per batch shape on CUDA).
+        threads and seed; when it trains on the CPU, keep_freed_memory and a bounded oneDNN
+        primitive cache (the two together keep RSS flat over variable-length batches); no cuDNN
+        attention (it builds a graph per batch shape on CUDA).
 
             configure_process(**cfg.process_settings())
         """
@@ -297,6 +299,7 @@ class TrainConfig:
             "seed": self.seed,
             "keep_freed_memory": on_cpu,
             "cudnn_attention": False,
+            "onednn_primitive_cache": TRAINING_PRIMITIVE_CACHE if on_cpu else None,
         }
 
     def languages(self) -> dict[str, str]:
