@@ -18,18 +18,23 @@ zeroes it. Turning both off keeps the memory once touched, as tcmalloc or jemall
 process's RSS then stays at its peak instead of breathing. docs/benchmarks.md measures what it gains
 for training on the CPU.
 
-`onednn_primitive_cache` bounds how many oneDNN primitives the process keeps (oneDNN's default:
-1,024). In bf16 on a CPU with AVX512_BF16 or AMX, every matrix product of a new shape builds a
-oneDNN primitive, and a training step of a new (rows, source length, target length) builds ~40 of
-them; variable-length batches make nearly every step new, and a primitive is rarely used again
-after its step. Each cached primitive holds memory, and with freed memory kept (above) it is
-allocated amid the step's large tensors, so the heap cannot reuse those holes for the next step's
-larger ones: RSS grew by gigabytes every few hundred updates, until the machine ran out of memory
-(float32 products go to a BLAS that builds nothing per shape). A cache of `TRAINING_PRIMITIVE_CACHE`
-entries holds every primitive of one step, so the layers of a step still share them; measured in
-docs/benchmarks.md ("Training memory"). oneDNN reads the capacity once, when it first builds a
-primitive: `configure_process` sets it before anything runs (an `ONEDNN_PRIMITIVE_CACHE_CAPACITY`
-already in the environment wins), and a later call changes nothing.
+Kept freed memory fragments. Its heap never shrinks and serves every block, so each small block
+that outlives a step (oneDNN's primitive for a new matrix-product shape above all: in bf16 on a CPU
+with AVX512_BF16 or AMX, every product of a new shape builds one, and variable-length batches make
+nearly every step's shapes new) can split the hole that the next step's larger tensor needed, and
+the heap grows past it. On `multi30k-wide` in bf16 glibc's `mallinfo2` showed 4.1 GiB of heap of
+which 3.1–3.5 GiB free in 18,000 pieces after 60 updates, and RSS grew by gigabytes every few
+hundred updates until the machine ran out of memory; float32 products go to a BLAS that builds
+nothing per shape. Two settings bound it (docs/benchmarks.md, "Training memory"):
+
+* `onednn_primitive_cache` keeps that many oneDNN primitives (oneDNN's default: 1,024). A training
+  step rarely meets its shapes again, so `TRAINING_PRIMITIVE_CACHE` is small and a primitive is
+  freed soon after its step. oneDNN reads the capacity when it first builds a primitive:
+  `configure_process` sets it before anything runs (an `ONEDNN_PRIMITIVE_CACHE_CAPACITY` already in
+  the environment wins), and a later call changes nothing.
+* `release_freed_memory()` gives the pages of the free pieces back (glibc's `malloc_trim`); the
+  trainer calls it every `RELEASE_EVERY` CPU updates, so RSS stays near what is in use at the cost
+  of one step's page faults per period.
 
 `cudnn_attention=False` turns off PyTorch's cuDNN backend of `scaled_dot_product_attention` (CUDA
 only; the flash and memory-efficient kernels take its place). On an H100 with torch 2.11 that
@@ -51,8 +56,9 @@ import torch
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_MAX = -4
-# oneDNN primitives kept while training on the CPU (module docstring)
-TRAINING_PRIMITIVE_CACHE = 128
+# oneDNN primitives kept while training on the CPU, and updates between releases (module docstring)
+TRAINING_PRIMITIVE_CACHE = 16
+RELEASE_EVERY = 50
 PRIMITIVE_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 
 
@@ -104,6 +110,21 @@ def keep_freed_memory() -> bool:
     never_mmap = bool(mallopt(_M_MMAP_MAX, 0))
     never_trim = bool(mallopt(_M_TRIM_THRESHOLD, -1))  # -1: SIZE_MAX
     return never_mmap and never_trim
+
+
+def release_freed_memory() -> bool:
+    """Return the pages of freed heap memory to the system (glibc's malloc_trim): the memory kept
+    by `keep_freed_memory` is touched again, page by page, when next used. Returns False where that
+    is not possible (not Linux, not glibc)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+    return True
 
 
 _keep_freed_memory = keep_freed_memory  # for configure_process, whose argument shadows the name

@@ -45,6 +45,7 @@ from ..modeldir import (
     save_model_dir,
 )
 from ..runtime.precision import describe_hardware, resolve_precision
+from ..runtime.process import RELEASE_EVERY, release_freed_memory
 from ..runtime.training import prepare_for_training
 from .average import best_steps
 from .checkpoints import (
@@ -656,6 +657,8 @@ class Trainer:
                     continue  # a skipped update (non-finite loss or gradients)
                 window.add(*sums)
                 bar.update(1)
+                if self.device.type == "cpu" and self.step % RELEASE_EVERY == 0:
+                    release_freed_memory()  # kept freed memory fragments: qkv.runtime.process
                 row: dict[str, Any] = {}
                 if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                     row = self._train_row(window)
