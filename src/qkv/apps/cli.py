@@ -56,10 +56,13 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ..runtime.process import configure_process
+    from ..runtime.process import configure_process, restart_with_tcmalloc
     from ..train import Trainer, load_train_config, parse_overrides
+    from ..train.distributed import resolve_device
 
     cfg = load_train_config(args.config, parse_overrides(args.overrides))
+    if args.own_process and resolve_device(cfg.device).type == "cpu":
+        restart_with_tcmalloc()  # flat memory on the CPU where tcmalloc is installed
     configure_process(**cfg.process_settings())  # threads, seed, allocator: before anything runs
     try:
         result = Trainer(cfg, args.out, resume=args.resume, overwrite=args.overwrite).train()
@@ -275,30 +278,21 @@ def decode_options(args: argparse.Namespace) -> DecodeOptions:
 
 
 def _load_translator(args: argparse.Namespace) -> Translator:
-    pack = False if args.no_pack else None
     translator = Translator.load(
         args.model,
         args.device,
         args.max_src_tokens,
         quantize=args.quantize,
-        pack=pack,
+        pack=args.pack,
         precision=args.precision,
     )
-    _print_precision(args, translator)
+    _print_decoding_path(translator)
     return translator
 
 
-def _print_precision(args: argparse.Namespace, translator: Translator) -> None:
-    """On stderr, unless --precision fp32: what it resolved to, and the device's bf16 support."""
-    if args.precision == "fp32":
-        return
-    import torch
-
-    from ..runtime.precision import describe_hardware
-
-    bf16 = next(translator.model.parameters()).dtype == torch.bfloat16
-    hardware = describe_hardware(args.device)
-    print(f"precision {args.precision}: {'bf16' if bf16 else 'fp32'} ({hardware})", file=sys.stderr)
+def _print_decoding_path(translator: Translator) -> None:
+    """On stderr, once: the decoding path chosen (precision, packing) and why."""
+    print(translator.decoding_path, file=sys.stderr)
 
 
 def _translate_lines(
@@ -475,17 +469,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_device(args.device)
     bind(args.host, args.port).close()  # a busy port or an unknown host: before the models load
     configure_process(threads=args.threads, cudnn_attention=False)  # qkv.runtime.process
-    pack = False if args.no_pack else None
     models = load_models(
         args.model,
         args.pair or (),
         args.device,
         args.max_src_tokens,
         args.quantize,
-        pack,
+        args.pack,
         args.precision,
     )
-    _print_precision(args, models[0].translator)
+    _print_decoding_path(models[0].translator)
     warm_up(models, options)
     app = create_app(
         models,
@@ -502,16 +495,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_precision_argument(p: argparse.ArgumentParser) -> None:
-    """--precision, as translate, evaluate, attention and serve take it."""
+def _add_path_arguments(p: argparse.ArgumentParser) -> None:
+    """--precision and --pack/--no-pack, as translate, evaluate, attention and serve take them:
+    what is left at auto is measured on this CPU (qkv.runtime.choice)."""
     from ..runtime.precision import PRECISIONS
 
     p.add_argument(
         "--precision",
         choices=PRECISIONS,
-        default="fp32",
-        help="weights and compute: fp32, bf16, or auto (bf16 where the device computes it "
-        "natively: AVX512_BF16/AMX CPU, CUDA with bf16) (default: %(default)s)",
+        default="auto",
+        help="weights and compute: fp32, bf16, or auto (the faster of the two on this device; "
+        "bf16 only where it is native: AVX512_BF16/AMX CPU, CUDA with bf16) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--pack",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="linear weights packed for oneDNN (--pack) or kept as nn.Linear (--no-pack) "
+        "(default: the faster on this CPU, measured once and cached)",
     )
 
 
@@ -600,8 +601,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps, ... (default: cpu)")
     p.add_argument("--quantize", choices=QUANTIZATIONS, help="int8 linear layers (CPU)")
-    p.add_argument("--no-pack", action="store_true", help="keep nn.Linear weights as stored")
-    _add_precision_argument(p)
+    _add_path_arguments(p)
     p.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
     p.add_argument("--access-log", action="store_true", help="log every request")
 
@@ -667,12 +667,7 @@ def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
         choices=QUANTIZATIONS,
         help="int8 dynamic quantization of the linear layers (CPU)",
     )
-    p.add_argument(
-        "--no-pack",
-        action="store_true",
-        help="keep nn.Linear weights as stored (default on the CPU: packed for oneDNN)",
-    )
-    _add_precision_argument(p)
+    _add_path_arguments(p)
     p.add_argument(
         "--workers",
         type=int,
@@ -990,10 +985,12 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, overrides = split_overrides(argv)
     args = parser.parse_args(argv)
     args.overrides = overrides
+    args.own_process = from_command_line  # the process is the command's: it may be restarted
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return args.func(args)

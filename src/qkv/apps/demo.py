@@ -89,7 +89,7 @@ def run_demo(
         target=cfg.synthetic_target,
         max_value=cfg.synthetic_max_value,
     )
-    hyps = Translator.load(out_dir).translate(test.src, DecodeOptions(beam=1))
+    hyps = Translator.load(out_dir, precision="fp32").translate(test.src, DecodeOptions(beam=1))
     correct = sum(h == r for h, r in zip(hyps, test.tgt, strict=True))
     examples = list(zip(test.src, hyps, test.tgt, strict=True))
     by_digits: dict[int, tuple[int, int]] = {}

@@ -569,7 +569,7 @@ def draw_demo_attention(model_dir: Path) -> tuple[Figure, str]:
     from ..decode.options import DecodeOptions
     from .translator import Translator
 
-    translator = Translator.load(model_dir)
+    translator = Translator.load(model_dir, precision="fp32")
     results = translator.translate_detailed(DEMO_NUMBERS, DecodeOptions(beam=1), attention=True)
     tokenizer = translator.tokenizer
     fig = Figure(figsize=(4 * len(DEMO_NUMBERS), 4), layout="constrained")

@@ -43,6 +43,7 @@ from ..decode.search import Hypothesis, attention_weights, beam_search, greedy, 
 from ..model import AttentionWeights, Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import load_model_dir
+from ..runtime.choice import choose_decoding_path
 from ..runtime.prepare import prepare_for_decoding
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
 
@@ -139,6 +140,7 @@ class Translator:
         if self.max_src_tokens < 2:
             raise ValueError(f"max_src_tokens must be >= 2 (a token and eos), got {max_src_tokens}")
         self._workers: ForkedWorkers | None = None  # forked at the first call with workers > 1
+        self.decoding_path = "decoding path: as given"  # `load` says what it chose and why
 
     @classmethod
     def load(
@@ -148,15 +150,16 @@ class Translator:
         max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS,
         quantize: str | None = None,
         pack: bool | None = None,
-        precision: str = "fp32",
+        precision: str = "auto",
     ) -> Translator:
         """Load a model directory written by `save_model_dir` (weights, config and tokenizer), or a
         list of them as an `Ensemble` (their tokenizers must be the same).
 
         quantize="int8": int8 dynamic quantization of the linear layers, for the CPU
-        (`runtime.quantize`). pack: linear weights packed for oneDNN (`runtime.packed`); None packs
-        float32 weights on a CPU that supports it. precision: "fp32", "bf16" or "auto" (bf16 where
-        the device computes it natively, `runtime.precision`). See
+        (`runtime.quantize`). pack: linear weights packed for oneDNN (`runtime.packed`) or plain.
+        precision: "fp32", "bf16" or "auto". What is left open (pack None, precision "auto") is
+        the fastest path measured on this CPU (`runtime.choice`; bf16 only where the CPU computes
+        it natively); `decoding_path` says what was chosen and why. See
         `runtime.prepare.prepare_for_decoding`.
         """
         directories = list(directory) if isinstance(directory, list | tuple) else [directory]
@@ -171,6 +174,11 @@ class Translator:
                 raise ValueError(f"{d} holds a {name}; translation needs a Transformer")
             if isinstance(model, RNNSearch) and len(directories) > 1:
                 raise ValueError(f"{d} holds an RNNSearch; an ensemble takes Transformers only")
+            if quantize is None:
+                path = choose_decoding_path(model, device, precision, pack)
+                pack, precision, why = path.pack, path.precision, path.why  # the next ones alike
+            else:
+                why = f"decoding path: {quantize} linear layers (as set)"
             models.append(prepare_for_decoding(model, device, quantize, pack, precision))
         tokenizer = SubwordTokenizer.load(directories[0])
         for d in directories[1:]:
@@ -179,7 +187,9 @@ class Translator:
                     f"{d} and {directories[0]} have different tokenizers; an ensemble needs one"
                 )
         model = models[0] if len(models) == 1 else Ensemble(models).eval()
-        return cls(model, tokenizer, max_src_tokens)
+        translator = cls(model, tokenizer, max_src_tokens)
+        translator.decoding_path = why
+        return translator
 
     @property
     def device(self) -> torch.device:

@@ -44,7 +44,7 @@ def load_models(
     max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS,
     quantize: str | None = None,
     pack: bool | None = None,
-    precision: str = "fp32",
+    precision: str = "auto",
 ) -> list[ServedModel]:
     """One `ServedModel` per model directory, each with the pair its config.json records, or the
     pair given for it in `pairs` (one per directory, in order; given ones win)."""

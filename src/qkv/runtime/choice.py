@@ -1,0 +1,212 @@
+"""Which decoding path runs fastest on this CPU: precision and weight packing, chosen by measuring.
+
+Whether packed weights (`runtime.packed`) or plain `nn.Linear` decode faster, and whether bf16 beats
+float32, depends on the CPU and on the model's shape, not on a flag one can read: packed float32
+weights win on an AVX-512 EPYC and lose at one sentence on a Xeon (docs/benchmarks.md, "Default
+decoding path"). So `choose_decoding_path` times one decoder step's matrix products of the model's
+own shapes in each path the CPU supports, at 1 and at 32 rows, and keeps the fastest: the one whose
+times, each divided by the best time at its row count, sum least. bf16 is a candidate only where
+the CPU multiplies it natively (`runtime.precision`); its BLEU is within 0.2 of float32's on every
+model in docs/results.md. A verdict is cached on disk per CPU model, torch version, thread count
+and shape (`cache_file()`), so a model is timed once per machine (about a second).
+
+    path = choose_decoding_path(model, "cpu")   # what the user left open is measured
+    print(path.why)                             # decoding path: bf16, packed weights (...)
+    prepare_for_decoding(model, "cpu", pack=path.pack, precision=path.precision)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .packed import PackedLinear, packing_available
+from .precision import cpu_flags, native_bf16, resolve_precision, torch_dtype
+
+ROWS = (1, 32)  # one sentence greedy; a batch
+# (precision, pack) -> {rows: seconds of one decoder step's linear layers}
+Timings = dict[tuple[str, bool], dict[int, float]]
+Measure = Callable[[list[tuple[int, int]], list[tuple[str, bool]]], Timings]
+
+
+@dataclass(frozen=True)
+class DecodingPath:
+    """A resolved decoding path: "fp32" or "bf16", packed or plain weights, and why (one line)."""
+
+    precision: str
+    pack: bool
+    why: str
+
+
+def cache_file() -> Path:
+    """Where verdicts are kept: $QKV_CACHE_DIR/decoding-paths.json (default ~/.cache/qkv)."""
+    root = os.environ.get("QKV_CACHE_DIR") or Path.home() / ".cache" / "qkv"
+    return Path(root) / "decoding-paths.json"
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name from /proc/cpuinfo ("unknown CPU" where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def step_shapes(model: nn.Module) -> list[tuple[int, int]]:
+    """(in, out) of every linear layer one decoding step multiplies: the decoder's and the output
+    projection's (all of the model's where it has no `decoder`)."""
+    parts = [getattr(model, "decoder", model), getattr(model, "output_projection", None)]
+    shapes = []
+    for part in filter(None, parts):
+        for module in part.modules():
+            if isinstance(module, nn.Linear | PackedLinear):
+                shapes.append((module.in_features, module.out_features))
+    return shapes
+
+
+def candidates(precision: str, pack: bool | None, flags: set[str]) -> list[tuple[str, bool]]:
+    """The (precision, pack) pairs open to a CPU with `flags` under the user's settings."""
+    if precision == "auto":
+        precisions = ["fp32", "bf16"] if native_bf16("cpu", flags) else ["fp32"]
+    else:
+        precisions = [resolve_precision(precision, "cpu", flags)]
+    out = []
+    for p in precisions:
+        packs = [pack] if pack is not None else [False, True]
+        out += [(p, k) for k in packs if not k or packing_available(torch_dtype(p))]
+    return out
+
+
+def time_linear_layers(shapes: list[tuple[int, int]], paths: list[tuple[str, bool]],
+                       repeats: int = 9) -> Timings:
+    """Median seconds of one pass over linear layers of `shapes` (random weights) at each of ROWS,
+    in each path: each distinct shape is timed once per pass and counted as often as it occurs;
+    the paths alternate, so a busy moment costs them alike."""
+    counts = {s: shapes.count(s) for s in shapes}
+    layers = {}
+    for precision, pack in paths:
+        plain = {s: nn.Linear(*s).to(torch_dtype(precision)).eval() for s in counts}
+        layers[precision, pack] = {s: PackedLinear(l) if pack else l for s, l in plain.items()}
+    out: Timings = {path: {} for path in paths}
+    with torch.inference_mode():
+        for rows in ROWS:
+            samples: dict[tuple[str, bool], list[float]] = {path: [] for path in paths}
+            inputs = {p: {s: torch.randn(rows, s[0], dtype=torch_dtype(p[0])) for s in counts}
+                      for p in paths}
+            for _ in range(repeats + 2):  # two warm-up passes
+                for path in paths:
+                    total = 0.0
+                    for shape, n in counts.items():
+                        start = time.perf_counter()
+                        layers[path][shape](inputs[path][shape])
+                        total += n * (time.perf_counter() - start)
+                    samples[path].append(total)
+            for path in paths:
+                out[path][rows] = statistics.median(samples[path][2:])
+    return out
+
+
+def fastest(timings: Timings) -> tuple[str, bool]:
+    """The path whose times, each divided by the best at its row count, sum least."""
+    best = {rows: min(t[rows] for t in timings.values()) for rows in ROWS}
+    return min(timings, key=lambda path: sum(timings[path][r] / best[r] for r in ROWS))
+
+
+def describe(path: tuple[str, bool], timings: Timings | None, source: str) -> str:
+    """The line printed about a choice: the path and the step times behind it."""
+    name = f"{path[0]}, {'packed' if path[1] else 'plain'} weights"
+    if not timings:
+        return f"decoding path: {name} ({source})"
+    times = "; ".join(
+        f"{p}{' packed' if k else ''} {' / '.join(f'{t[r] * 1e3:.2f}' for r in ROWS)} ms"
+        for (p, k), t in sorted(timings.items())
+    )
+    rows = " / ".join(map(str, ROWS))
+    return f"decoding path: {name} ({source}; linear layers of a step at {rows} rows: {times})"
+
+
+def cache_key(shapes: list[tuple[int, int]], flags: set[str]) -> str:
+    """What a verdict depends on: the CPU, its bf16 flags, torch, threads and the shapes."""
+    marks = ",".join(sorted(f for f in flags if "bf16" in f or "amx" in f)) or "-"
+    counted = sorted({s: shapes.count(s) for s in shapes}.items())
+    layers = " ".join(f"{i}x{o}*{n}" for (i, o), n in counted)
+    return (f"{cpu_model_name()} [{marks}] torch {torch.__version__} "
+            f"threads {torch.get_num_threads()} | {layers}")
+
+
+def _read_cache(path: Path) -> dict[str, dict]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: measure again
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(path: Path, key: str, verdict: dict) -> None:
+    data = _read_cache(path)
+    data[key] = verdict
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:  # a read-only home: the verdict is measured again next time
+        pass
+
+
+def choose_decoding_path(
+    model: nn.Module,
+    device: str | torch.device,
+    precision: str = "auto",
+    pack: bool | None = None,
+    flags: set[str] | None = None,
+    measure: Measure | None = None,
+    cache: Path | None = None,
+) -> DecodingPath:
+    """The decoding path for `model` on `device` under the user's settings: what they fixed is
+    kept; what is open ("auto" precision, pack None) is chosen by measuring on a CPU (module
+    docstring), or by rule elsewhere (bf16 where native, plain weights). flags: the CPU's flags
+    (default: read now); measure: the timing function (None: `time_linear_layers`); cache:
+    the verdicts' file (None: `cache_file()`)."""
+    dev = torch.device(device)
+    if dev.type != "cpu":
+        chosen = (resolve_precision(precision, dev), bool(pack))
+        return DecodingPath(*chosen, describe(chosen, None, f"{dev}: by rule"))
+    flags = cpu_flags() if flags is None else flags
+    paths = candidates(precision, pack, flags)
+    if len(paths) == 1:
+        return DecodingPath(*paths[0], describe(paths[0], None, "as set"))
+    shapes = step_shapes(model)
+    key = cache_key(shapes, flags)
+    cache = cache_file() if cache is None else cache
+    verdict = _read_cache(cache).get(key)
+    if isinstance(verdict, dict):
+        chosen = (verdict.get("precision"), verdict.get("pack"))
+        if chosen in paths:
+            return DecodingPath(*chosen, describe(chosen, None, f"measured before, {cache}"))
+    timings = (measure or time_linear_layers)(shapes, paths)
+    chosen = fastest(timings)
+    _write_cache(cache, key, {"precision": chosen[0], "pack": chosen[1]})
+    return DecodingPath(*chosen, describe(chosen, timings, "measured now"))
+
+
+__all__ = [
+    "DecodingPath",
+    "cache_file",
+    "candidates",
+    "choose_decoding_path",
+    "fastest",
+    "step_shapes",
+    "time_linear_layers",
+]
