@@ -77,6 +77,7 @@ def run_result(name: str, data_dir: str, runs: Path, extra: list[str], train: bo
     print(averaged)
 
     def evaluate(split: str, alpha: float, *args: str) -> dict[str, float]:
+        args = args if "--precision" in args else ("--precision", "fp32", *args)  # the fp32 rows
         text = qkv("evaluate", "--model", str(avg), "--corpus", corpus, "--pair", pair, "--beam", str(beam),
                    "--alpha", str(alpha), "--split", split, "--data-dir", data_dir, *args, capture=True)
         print(text)

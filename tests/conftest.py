@@ -17,6 +17,30 @@ from qkv.apps.demo import DemoResult, run_demo
 os.environ["CUDA_VISIBLE_DEVICES"] = ""  # subprocesses inherit it
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _decoding_paths_in_a_temporary_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The default decoding path (qkv.runtime.choice) is measured into a cache of the tests' own,
+    never the user's (subprocesses inherit it)."""
+    os.environ["QKV_CACHE_DIR"] = str(tmp_path_factory.mktemp("qkv-cache"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _float32_packed_is_the_fastest_path() -> Iterator[None]:
+    """In this process, the measured default path is float32 with packed weights, so that tests
+    compare against float32 oracles whatever this CPU's timings (session-wide: models that
+    fixtures of any scope load see it too); tests/runtime/test_choice.py checks the choice itself,
+    with timings of its own."""
+    from qkv.runtime import choice
+
+    def fp32_packed_first(shapes: object, paths: list[tuple[str, bool]]) -> choice.Timings:
+        rank = {("fp32", True): 1.0, ("fp32", False): 2.0}
+        return {p: {rows: rank.get(p, 3.0) for rows in choice.ROWS} for p in paths}
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(choice, "time_linear_layers", fp32_packed_first)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_one_thread() -> Iterator[None]:
     threads = torch.get_num_threads()

@@ -6,6 +6,7 @@ the last step freed instead of mapping fresh pages (page faults) for every large
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -53,9 +54,15 @@ assert torch.backends.cuda.cudnn_sdp_enabled()  # torch's default, also in CPU b
 configure_process()  # nothing asked: nothing changes
 assert torch.get_num_threads() == threads and torch.equal(torch.get_rng_state(), state)
 assert torch.backends.cuda.cudnn_sdp_enabled()
+import os
+assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
 configure_process(threads=1, seed=7, keep_freed_memory=sys.platform.startswith("linux"),
-                  cudnn_attention=False)
+                  cudnn_attention=False, onednn_primitive_cache=16)
 assert torch.get_num_threads() == 1 and not torch.backends.cuda.cudnn_sdp_enabled()
+assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
+os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "7"  # the user's own setting wins
+configure_process(onednn_primitive_cache=16)
+assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "7"
 drawn = (torch.rand(3).tolist(), np.random.rand(), random.random())
 torch.manual_seed(7); np.random.seed(7); random.seed(7)
 assert drawn == (torch.rand(3).tolist(), np.random.rand(), random.random()), drawn
@@ -64,5 +71,30 @@ print("ok")
 
 
 def test_configure_process_sets_threads_and_seeds_and_nothing_unasked() -> None:
-    out = subprocess.run([sys.executable, "-c", CONFIGURE], capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    out = subprocess.run([sys.executable, "-c", CONFIGURE], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+RELEASE = """
+import torch
+from qkv.runtime.process import keep_freed_memory, release_freed_memory
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+assert keep_freed_memory()
+held = [torch.ones(2**20) for _ in range(200)]  # 800 MB in 4 MB blocks on the heap (never mmap'ed)
+keep = torch.ones(16)  # a small block above them: the heap's top cannot simply shrink
+del held
+kept = rss_mib()
+assert release_freed_memory()
+print(kept, rss_mib())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_release_freed_memory_returns_the_pages_that_keep_freed_memory_keeps() -> None:
+    out = subprocess.run([sys.executable, "-c", RELEASE], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    kept, released = map(float, out.stdout.split())
+    assert kept - released > 600  # of the 800 MB freed
