@@ -32,12 +32,12 @@ def _float32_packed_is_the_fastest_path() -> Iterator[None]:
     with timings of its own."""
     from qkv.runtime import choice
 
-    def fp32_packed_first(shapes: object, paths: list[tuple[str, bool]]) -> choice.Timings:
+    def fp32_packed_first(model: object, paths: list[tuple[str, bool]]) -> choice.Timings:
         rank = {("fp32", True): 1.0, ("fp32", False): 2.0}
         return {p: {rows: rank.get(p, 3.0) for rows in choice.ROWS} for p in paths}
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(choice, "time_linear_layers", fp32_packed_first)
+        patch.setattr(choice, "time_greedy_steps", fp32_packed_first)
         yield
 
 

@@ -14,7 +14,7 @@ from qkv.runtime.choice import (
     choose_decoding_path,
     fastest,
     step_shapes,
-    time_linear_layers,
+    time_greedy_steps,
 )
 from qkv.runtime.packed import packing_available
 from tiny_models import tiny_model
@@ -103,7 +103,11 @@ def test_the_users_settings_are_kept_and_a_bad_cache_is_measured_again(tmp_path:
     assert (path.precision, path.pack) == ("bf16", False) and len(calls) == 2
 
 
-def test_time_linear_layers_returns_a_time_per_path_and_row_count() -> None:
-    timings = time_linear_layers([(16, 32), (32, 16)], [("fp32", False)], repeats=2)
+def test_time_greedy_steps_returns_a_time_per_path_and_row_count_and_leaves_the_model() -> None:
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    timings = time_greedy_steps(model, [("fp32", False)], steps=2, repeats=1)
     assert set(timings) == {("fp32", False)} and set(timings["fp32", False]) == {1, 32}
     assert all(t > 0 for t in timings["fp32", False].values())
+    after = model.state_dict()  # the paths decode copies: the model is not prepared in place
+    assert all(torch.equal(before[k], after[k]) for k in before) and model.training == tiny_model().training

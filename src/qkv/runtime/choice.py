@@ -2,13 +2,13 @@
 
 Whether packed weights (`runtime.packed`) or plain `nn.Linear` decode faster, and whether bf16 beats
 float32, depends on the CPU and on the model's shape, not on a flag one can read: packed float32
-weights win on an AVX-512 EPYC and lose at one sentence on a Xeon (docs/benchmarks.md, "Default
-decoding path"). So `choose_decoding_path` times one decoder step's matrix products of the model's
-own shapes in each path the CPU supports, at 1 and at 32 rows, and keeps the fastest: the one whose
-times, each divided by the best time at its row count, sum least. bf16 is a candidate only where
-the CPU multiplies it natively (`runtime.precision`); its BLEU is within 0.2 of float32's on every
-model in docs/results.md. A verdict is cached on disk per CPU model, torch version, thread count
-and shape (`cache_file()`), so a model is timed once per machine (about a second).
+weights win on an AVX-512 EPYC and lose 20% at one sentence on a Xeon (docs/benchmarks.md, "Default
+decoding path"). So `choose_decoding_path` decodes a few greedy steps with the model itself in each
+path the CPU supports, for 1 and for 32 sentences, and keeps the fastest: the one whose times, each
+divided by the best time at its row count, sum least. bf16 is a candidate only where the CPU
+multiplies it natively (`runtime.precision`); its BLEU is within 0.2 of float32's on every model in
+docs/results.md. A verdict is cached on disk per CPU model, torch version, thread count and shape
+(`cache_file()`), so a model is timed once per machine (a few seconds at the base shape).
 
     path = choose_decoding_path(model, "cpu")   # what the user left open is measured
     print(path.why)                             # decoding path: bf16, packed weights (...)
@@ -17,6 +17,7 @@ and shape (`cache_file()`), so a model is timed once per machine (about a second
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import statistics
@@ -32,9 +33,9 @@ from .packed import PackedLinear, packing_available
 from .precision import cpu_flags, native_bf16, resolve_precision, torch_dtype
 
 ROWS = (1, 32)  # one sentence greedy; a batch
-# (precision, pack) -> {rows: seconds of one decoder step's linear layers}
+# (precision, pack) -> {rows: seconds of greedy decoding a few tokens}
 Timings = dict[tuple[str, bool], dict[int, float]]
-Measure = Callable[[list[tuple[int, int]], list[tuple[str, bool]]], Timings]
+Measure = Callable[[nn.Module, list[tuple[str, bool]]], Timings]
 
 
 @dataclass(frozen=True)
@@ -88,32 +89,31 @@ def candidates(precision: str, pack: bool | None, flags: set[str]) -> list[tuple
     return out
 
 
-def time_linear_layers(shapes: list[tuple[int, int]], paths: list[tuple[str, bool]],
-                       repeats: int = 9) -> Timings:
-    """Median seconds of one pass over linear layers of `shapes` (random weights) at each of ROWS,
-    in each path: each distinct shape is timed once per pass and counted as often as it occurs;
-    the paths alternate, so a busy moment costs them alike."""
-    counts = {s: shapes.count(s) for s in shapes}
-    layers = {}
-    for precision, pack in paths:
-        plain = {s: nn.Linear(*s).to(torch_dtype(precision)).eval() for s in counts}
-        layers[precision, pack] = {s: PackedLinear(l) if pack else l for s, l in plain.items()}
+def time_greedy_steps(model: nn.Module, paths: list[tuple[str, bool]], steps: int = 8,
+                      repeats: int = 3) -> Timings:
+    """Median seconds of greedy decoding `steps` tokens for 1 and for 32 random sources (each of
+    ROWS) with a copy of `model` prepared in each path; the paths alternate, so a busy moment
+    costs them alike."""
+    from ..decode.search import greedy  # decode imports runtime: import at call time
+    from .prepare import prepare_for_decoding
+
+    prepared = {
+        path: prepare_for_decoding(copy.deepcopy(model), "cpu", pack=path[1], precision=path[0])
+        for path in paths
+    }
+    vocab = model.config.src_vocab_size
+    generator = torch.Generator().manual_seed(0)
     out: Timings = {path: {} for path in paths}
-    with torch.inference_mode():
-        for rows in ROWS:
-            samples: dict[tuple[str, bool], list[float]] = {path: [] for path in paths}
-            inputs = {p: {s: torch.randn(rows, s[0], dtype=torch_dtype(p[0])) for s in counts}
-                      for p in paths}
-            for _ in range(repeats + 2):  # two warm-up passes
-                for path in paths:
-                    total = 0.0
-                    for shape, n in counts.items():
-                        start = time.perf_counter()
-                        layers[path][shape](inputs[path][shape])
-                        total += n * (time.perf_counter() - start)
-                    samples[path].append(total)
+    for rows in ROWS:
+        src = torch.randint(4, vocab, (rows, 16), generator=generator)
+        samples: dict[tuple[str, bool], list[float]] = {path: [] for path in paths}
+        for _ in range(repeats + 1):  # a warm-up run
             for path in paths:
-                out[path][rows] = statistics.median(samples[path][2:])
+                start = time.perf_counter()
+                greedy(prepared[path], src, min_len=steps, max_len=steps)
+                samples[path].append(time.perf_counter() - start)
+        for path in paths:
+            out[path][rows] = statistics.median(samples[path][1:])
     return out
 
 
@@ -133,7 +133,7 @@ def describe(path: tuple[str, bool], timings: Timings | None, source: str) -> st
         for (p, k), t in sorted(timings.items())
     )
     rows = " / ".join(map(str, ROWS))
-    return f"decoding path: {name} ({source}; linear layers of a step at {rows} rows: {times})"
+    return f"decoding path: {name} ({source}; greedy steps for {rows} sentences: {times})"
 
 
 def cache_key(shapes: list[tuple[int, int]], flags: set[str]) -> str:
@@ -177,7 +177,7 @@ def choose_decoding_path(
     """The decoding path for `model` on `device` under the user's settings: what they fixed is
     kept; what is open ("auto" precision, pack None) is chosen by measuring on a CPU (module
     docstring), or by rule elsewhere (bf16 where native, plain weights). flags: the CPU's flags
-    (default: read now); measure: the timing function (None: `time_linear_layers`); cache:
+    (default: read now); measure: the timing function (None: `time_greedy_steps`); cache:
     the verdicts' file (None: `cache_file()`)."""
     dev = torch.device(device)
     if dev.type != "cpu":
@@ -195,7 +195,7 @@ def choose_decoding_path(
         chosen = (verdict.get("precision"), verdict.get("pack"))
         if chosen in paths:
             return DecodingPath(*chosen, describe(chosen, None, f"measured before, {cache}"))
-    timings = (measure or time_linear_layers)(shapes, paths)
+    timings = (measure or time_greedy_steps)(model, paths)
     chosen = fastest(timings)
     _write_cache(cache, key, {"precision": chosen[0], "pack": chosen[1]})
     return DecodingPath(*chosen, describe(chosen, timings, "measured now"))
@@ -208,5 +208,5 @@ __all__ = [
     "choose_decoding_path",
     "fastest",
     "step_shapes",
-    "time_linear_layers",
+    "time_greedy_steps",
 ]
