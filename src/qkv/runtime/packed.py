@@ -9,9 +9,9 @@ multiplies with oneDNN. Same float32 arithmetic, in another order: outputs agree
 float rounding (tests: 1e-5).
 
 Inference only (no backward); the speed-up over `nn.Linear` in greedy and beam decoding is measured
-in docs/benchmarks.md. `Translator.load` packs float32 CPU models.
+in docs/benchmarks.md. `Translator.load` packs where it measures packing faster (`runtime.choice`).
 
-    translator = Translator.load("runs/m30k-en-de")  # packed when the CPU build supports it
+    translator = Translator.load("runs/m30k-en-de", pack=True)  # packed whatever it measures
     model = pack_linear_weights(model)               # any model, e.g. for `decode.greedy`
 """
 
