@@ -56,6 +56,7 @@ import ctypes.util
 import os
 import random
 import sys
+from functools import cache
 
 import numpy as np
 import torch
@@ -104,12 +105,9 @@ def keep_freed_memory() -> bool:
     """Ask glibc never to mmap large blocks nor trim the heap (the allocator setting of
     `configure_process`). Returns False where that is not possible (not Linux, not glibc); calling
     it again is harmless."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and others have no mallopt
+    libc = _glibc()
+    mallopt = getattr(libc, "mallopt", None)  # musl and others have no mallopt
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
@@ -122,15 +120,23 @@ def release_freed_memory() -> bool:
     """Return the pages of freed heap memory to the system (glibc's malloc_trim): the memory kept
     by `keep_freed_memory` is touched again, page by page, when next used. Returns False where that
     is not possible (not Linux, not glibc)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+    trim = getattr(_glibc(), "malloc_trim", None)
+    if trim is None:
         return False
     trim.argtypes = [ctypes.c_size_t]
     trim(0)
     return True
+
+
+@cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library, looked up once (find_library runs ldconfig); None off Linux or unloadable."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
 
 
 def tcmalloc_library() -> str | None:
