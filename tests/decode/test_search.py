@@ -152,6 +152,29 @@ def test_output_does_not_depend_on_batch_size_or_order(search: str) -> None:
         assert scores == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.parametrize("search", SEARCHES)
+def test_abandoned_rows_leave_at_the_next_step_and_the_others_are_unchanged(search: str) -> None:
+    """Rows 1 and 4 are abandoned after 3 steps (a caller gave up): they get no hypothesis, are
+    asked about no more, and the other rows' outputs equal those of the search without them
+    (sampling's draws depend on the batch)."""
+    model, sources = tiny_model(), random_sources(6)
+    src = batch(sources)
+    forced = {"min_len": 12, "max_len": 12}  # every row decodes 12 steps
+    plain = SEARCHES[search](model, src, **forced)
+    asked: list[int] = []
+
+    def abandoned(i: int) -> bool:
+        asked.append(i)
+        return i in (1, 4) and len(asked) > 3 * 6
+
+    result = SEARCHES[search](model, src, abandoned=abandoned, **forced)
+    assert [i for i, r in enumerate(result) if not r] == [1, 4]
+    kept = [0, 2, 3, 5]
+    if search != "sample":  # the draws depend on the batch
+        assert nbest_ids([result[i] for i in kept]) == nbest_ids([plain[i] for i in kept])
+    assert asked.count(1) == 4 and asked.count(0) == 13  # steps 0-3, then gone; 0-12
+
+
 def test_continuing_hypotheses_stay_in_their_parents_slots_where_they_can() -> None:
     """Beam search orders each sentence's continuing hypotheses so that the cache copies as few rows as possible:
     every parent with children keeps its best-ranked child in its own slot, which is the most rows that can stay."""

@@ -445,6 +445,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+SERVE_LIMITS = {  # the integer `Limits` of `qkv serve`, each an option of the same name
+    "max_body_bytes": "request body size",
+    "max_chars": "characters of text per request",
+    "max_sentences": "sentences (lines) per request",
+    "max_beam": "beam and n-best per request",
+    "max_output_tokens": "max_len_b and min_len per request",
+    "max_decode_tokens": "beam x output length limit, summed over a request's sentences",
+    "long_request_tokens": "requests that may decode more (as above) have a decoding thread of "
+    "their own",
+    "max_queue": "requests waiting for the decoder; beyond: 503",
+}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..runtime.process import configure_process
     from .server import Limits, create_app, load_models, serve
@@ -458,14 +471,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_chars=args.max_chars,
         max_sentences=args.max_sentences,
         max_beam=args.max_beam,
+        max_output_tokens=args.max_output_tokens,
+        max_decode_tokens=args.max_decode_tokens,
+        long_request_tokens=args.long_request_tokens,
         timeout=args.timeout,
         max_queue=args.max_queue,
     )
-    for name in ("max_body_bytes", "max_chars", "max_sentences", "max_beam", "max_queue"):
+    for name in SERVE_LIMITS:
         if getattr(limits, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     if not limits.timeout > 0 or args.max_wait_ms < 0 or args.batch_tokens < 1:
         raise ValueError("--timeout must be > 0, --max-wait-ms >= 0 and --batch-tokens >= 1")
+    if not args.grace >= 0:
+        raise ValueError("--grace must be >= 0")
+    if args.max_len_b > limits.max_output_tokens:
+        raise ValueError(
+            f"--max-len-b {args.max_len_b} is over --max-output-tokens {limits.max_output_tokens}"
+        )
     check_device(args.device)
     bind(args.host, args.port).close()  # a busy port or an unknown host: before the models load
     configure_process(threads=args.threads, cudnn_attention=False)  # qkv.runtime.process
@@ -491,8 +513,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cors_origins=args.cors,
     )
     print(f"qkv serve: {', '.join(m.pair for m in models)}", flush=True)
-    serve(app, args.host, args.port, drain_seconds=args.timeout, access_log=args.access_log)
-    return 0
+    lost = serve(app, args.host, args.port, grace=args.grace, access_log=args.access_log)
+    return 1 if lost else 0
 
 
 def _add_path_arguments(p: argparse.ArgumentParser) -> None:
@@ -562,13 +584,7 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         default=defaults.max_len_b,
         help="default output limit: a * source tokens + b (b: %(default)s)",
     )
-    for name, help_text in (
-        ("max_body_bytes", "request body size"),
-        ("max_chars", "characters of text per request"),
-        ("max_sentences", "sentences (lines) per request"),
-        ("max_beam", "beam and n-best per request"),
-        ("max_queue", "requests waiting for the decoder; beyond: 503"),
-    ):
+    for name, help_text in SERVE_LIMITS.items():
         default = getattr(limits, name)
         flag = f"--{name.replace('_', '-')}"
         p.add_argument(flag, type=int, default=default, help=f"{help_text} ({default})")
@@ -577,6 +593,13 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=limits.timeout,
         help="seconds a request may take; beyond: 504 (%(default)s)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=20.0,
+        help="on SIGTERM or Ctrl-C, seconds to finish the requests in flight; then they are "
+        "answered 503 and the exit status is 1 (%(default)s)",
     )
     p.add_argument(
         "--max-wait-ms",

@@ -39,7 +39,14 @@ from ..data.tokenizer import SubwordTokenizer
 from ..decode.alignment import hard_alignment
 from ..decode.ensemble import Ensemble
 from ..decode.options import DecodeOptions
-from ..decode.search import Hypothesis, attention_weights, beam_search, greedy, sample
+from ..decode.search import (
+    Abandoned,
+    Hypothesis,
+    attention_weights,
+    beam_search,
+    greedy,
+    sample,
+)
 from ..model import AttentionWeights, Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import load_model_dir
@@ -50,8 +57,8 @@ from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
 DEFAULT_MAX_SRC_TOKENS = 1024  # longest source before truncation (subword tokens, eos included)
 DEFAULT_BATCH_TOKENS = 4096  # most padded source tokens in a batch
 CHUNK_BATCHES = 16  # translate_stream decodes about this many batches' worth of lines at a time
-# one batch to search: src (B, S), options, max_len (B,), seed
-_Search = tuple[Tensor, DecodeOptions, Tensor, int]
+# one batch to search: src (B, S), options, max_len (B,), seed, abandoned (row -> drop it?)
+_Search = tuple[Tensor, DecodeOptions, Tensor, int, Abandoned | None]
 
 
 @dataclass
@@ -225,6 +232,7 @@ class Translator:
         attention_maps: bool = False,
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         workers: int = 1,
+        abandoned: Abandoned | None = None,
     ) -> list[Translation]:
         """Translate sentences; one `Translation` per input string, in input order.
 
@@ -242,10 +250,15 @@ class Translator:
         forked at the first such call and kept for the next ones until `close`, else in
         threads that share torch's threads; with fewer batches than workers, the largest
         batches are split so that each worker has one.
+        abandoned: asked between decoding steps with the index of each text still being decoded;
+            True drops it (its caller gave up), and its Translation is None (`decode.search`).
+            Worker processes do not ask it.
         """
         extras = _Extras(attention, alignment, attention_maps)
         ids, options = self._prepare(texts, options, extras, batch_tokens, workers)
-        return list(self._stream(ids, options, extras, batch_tokens, workers, math.inf))
+        return list(
+            self._stream(ids, options, extras, batch_tokens, workers, math.inf, abandoned)
+        )
 
     def translate_stream(
         self,
@@ -323,13 +336,15 @@ class Translator:
         batch_tokens: int,
         workers: int,
         chunk_tokens: float,
+        abandoned: Abandoned | None = None,
     ) -> Iterator[Translation]:
         """The translations of `ids`, in order, decoded a chunk of at most chunk_tokens source
         tokens at a time. Batch b of the whole input samples with seed + b."""
         first_batch = 0
         for start, end in _chunks(ids, chunk_tokens):
+            dropped = None if abandoned is None else _shifted(abandoned, start)
             results, n_batches = self._decode_chunk(
-                ids[start:end], options, extras, batch_tokens, workers, first_batch
+                ids[start:end], options, extras, batch_tokens, workers, first_batch, dropped
             )
             first_batch += n_batches
             yield from results
@@ -342,6 +357,7 @@ class Translator:
         batch_tokens: int,
         workers: int,
         first_batch: int,
+        abandoned: Abandoned | None = None,
     ) -> tuple[list[Translation], int]:
         """Translations of these source ids, in their order: sorted by length, cut into batches
         (the first one numbered `first_batch`) and decoded -> (translations, number of batches)."""
@@ -360,6 +376,8 @@ class Translator:
             bounds.remove((start, end))
             bounds = sorted([*bounds, (start, middle), (middle, end)])
 
+        # on a CPU that forks, worker processes: no GIL between the searches
+        forked = workers > 1 and len(bounds) > 1 and self.device.type == "cpu" and can_fork()
         searches: list[_Search] = []
         for b, (start, end) in enumerate(bounds):
             batch = order[start:end]
@@ -367,20 +385,23 @@ class Translator:
             src = pad_sequences(rows, self.tokenizer.pad_id).to(self.device)  # (B, S)
             lengths = [options.max_output_length(len(ids[i])) for i in batch]
             max_len = torch.tensor(lengths, device=self.device)  # (B,)
-            searches.append((src, options, max_len, options.seed + first_batch + b))
-        # on a CPU that forks, worker processes: no GIL between the searches
-        if workers > 1 and len(searches) > 1 and self.device.type == "cpu" and can_fork():
+            dropped = None if abandoned is None or forked else _picked(abandoned, batch)
+            searches.append((src, options, max_len, options.seed + first_batch + b, dropped))
+        if forked:
             decoded = self._forked_workers(workers).map(searches)
         else:  # threads
             decoded = map_in_workers(self._run_search, searches, workers)
         for (start, end), (src, *_), hyps in zip(bounds, searches, decoded, strict=True):
             batch = order[start:end]
+            done = [row for row, h in enumerate(hyps) if h]  # the rows not abandoned
             maps = None
-            if extras.weights:  # one teacher-forced pass over the batch's best hypotheses
-                maps = attention_weights(self.model, src, [h[0].tokens for h in hyps])
+            if extras.weights and done:  # one teacher-forced pass over the best hypotheses
+                kept = attention_weights(self.model, src[done], [hyps[r][0].tokens for r in done])
+                maps = dict(zip(done, kept, strict=True))
             for row, (i, sentence_hyps) in enumerate(zip(batch, hyps, strict=True)):
                 row_maps = None if maps is None else maps[row]
-                results[i] = self._translation(sentence_hyps, ids[i], row_maps, extras)
+                if sentence_hyps:
+                    results[i] = self._translation(sentence_hyps, ids[i], row_maps, extras)
         return results, len(bounds)  # type: ignore[return-value]
 
     def _forked_workers(self, workers: int) -> ForkedWorkers:
@@ -401,9 +422,15 @@ class Translator:
         return self._search(*search)
 
     def _search(
-        self, src: Tensor, options: DecodeOptions, max_len: Tensor, seed: int
+        self,
+        src: Tensor,
+        options: DecodeOptions,
+        max_len: Tensor,
+        seed: int,
+        abandoned: Abandoned | None = None,
     ) -> list[list[Hypothesis]]:
-        """The hypotheses of each row of src (B, S), best first: sampled, greedy or beam search."""
+        """The hypotheses of each row of src (B, S), best first: sampled, greedy or beam search
+        ([] for a row `abandoned` dropped)."""
         o = options
         if o.sampling:
             drawn = sample(
@@ -416,11 +443,14 @@ class Translator:
                 max_len=max_len,
                 min_len=o.min_len,
                 alpha=o.alpha,
+                abandoned=abandoned,
             )
-            return [[h] for h in drawn]
+            return [[h] if h else [] for h in drawn]
         if o.beam == 1:
-            best = greedy(self.model, src, max_len=max_len, min_len=o.min_len, alpha=o.alpha)
-            return [[h] for h in best]
+            best = greedy(
+                self.model, src, max_len, o.min_len, o.alpha, abandoned=abandoned
+            )
+            return [[h] if h else [] for h in best]
         return beam_search(
             self.model,
             src,
@@ -429,6 +459,7 @@ class Translator:
             nbest=o.nbest,
             max_len=max_len,
             min_len=o.min_len,
+            abandoned=abandoned,
         )
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
@@ -470,6 +501,16 @@ class Translator:
         if extras.maps:
             result.attention_maps = maps
         return result
+
+
+def _shifted(abandoned: Abandoned, start: int) -> Abandoned:
+    """`abandoned` asked about text start + i for text i of a chunk."""
+    return lambda i: abandoned(start + i)
+
+
+def _picked(abandoned: Abandoned, batch: list[int]) -> Abandoned:
+    """`abandoned` asked about text batch[r] for row r of a batch."""
+    return lambda r: abandoned(batch[r])
 
 
 def _chunks(ids: list[list[int]], chunk_tokens: float) -> Iterator[tuple[int, int]]:

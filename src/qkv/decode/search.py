@@ -24,6 +24,9 @@ Conventions shared by all searches:
   `max_len` (default: source length + 50, the length of `src` rows counting their eos; for a
   decoder-only model, 50 new tokens). `model.max_target_positions()` caps `max_len` so that every
   position can be placed.
+* `abandoned(i) -> bool`, where given, is asked between steps about each input row still being
+  decoded: True drops the row (its caller gave up, e.g. a server request past its deadline); the
+  others go on. A dropped row gets no hypothesis (None from greedy and sample, [] from beam search).
 * `logprob` is log P(tokens + eos | input) under the model (natural log, sum over the steps); the
   score applies GNMT's length penalty (Wu et al., 2016), as "length penalty alpha" in the paper's
   section 6.1:
@@ -90,6 +93,21 @@ def max_lengths(
     if (lengths < 0).any():
         raise ValueError(f"max_len must be >= 0 (and a prompt must fit in {positions} positions)")
     return lengths
+
+
+Abandoned = Callable[[int], bool]  # input row -> drop it now (see the module docstring)
+
+
+def _dropped(abandoned: Abandoned | None, sentence: Tensor) -> Tensor | None:
+    """Positions in `sentence` (the input rows being decoded) of the rows to keep, or None when
+    all are kept (`abandoned` is None or says no to each)."""
+    if abandoned is None:
+        return None
+    gone = [abandoned(i) for i in sentence.tolist()]
+    if not any(gone):
+        return None
+    return torch.tensor([k for k, g in enumerate(gone) if not g], dtype=torch.long,
+                        device=sentence.device)
 
 
 class _Rows:
@@ -175,7 +193,8 @@ def _single_path(
     min_len: int,
     alpha: float,
     use_cache: bool,
-) -> list[Hypothesis]:
+    abandoned: Abandoned | None = None,
+) -> list[Hypothesis | None]:
     """Decode one hypothesis per row; `pick` chooses each next token: log-probs (R, V) -> (R,)."""
     if src.size(0) == 0:
         return []
@@ -185,6 +204,12 @@ def _single_path(
     logprob = torch.zeros(src.size(0), device=src.device)  # (R,)
     out: list[Hypothesis | None] = [None] * src.size(0)
     for step in range(int(limit.max()) + 1):
+        keep = _dropped(abandoned, sentence)
+        if keep is not None:
+            if keep.numel() == 0:
+                break
+            rows.reorder(keep, keep)
+            sentence, logprob = sentence[keep], logprob[keep]
         logp = _constrain(rows.log_probs(), step, limit[sentence], min_len, rows.cfg)  # (R, V)
         tokens = pick(logp)  # (R,)
         logprob = logprob + logp.gather(1, tokens[:, None]).squeeze(1)
@@ -204,8 +229,7 @@ def _single_path(
             rows.reorder(keep, keep)
             sentence, logprob, tokens = sentence[keep], logprob[keep], tokens[keep]
         rows.append(tokens)
-    assert all(h is not None for h in out)  # eos is forced at max_len
-    return out  # type: ignore[return-value]
+    return out  # None only for abandoned rows: eos is forced at max_len
 
 
 @torch.inference_mode()
@@ -216,13 +240,14 @@ def greedy(
     min_len: int = 0,
     alpha: float = 0.6,
     use_cache: bool = True,
-) -> list[Hypothesis]:
-    """The most probable token at every step. src (B, S) -> B hypotheses.
+    abandoned: Abandoned | None = None,
+) -> list[Hypothesis | None]:
+    """The most probable token at every step. src (B, S) -> B hypotheses (None: abandoned).
 
     Scores use the length penalty `alpha`.
     """
     return _single_path(
-        model, src, lambda logp: logp.argmax(-1), max_len, min_len, alpha, use_cache
+        model, src, lambda logp: logp.argmax(-1), max_len, min_len, alpha, use_cache, abandoned
     )
 
 
@@ -267,12 +292,13 @@ def sample(
     min_len: int = 0,
     alpha: float = 0.6,
     use_cache: bool = True,
-) -> list[Hypothesis]:
+    abandoned: Abandoned | None = None,
+) -> list[Hypothesis | None]:
     """Draw each next token from the model's distribution, reshaped by `filter_logits`.
 
-    src (B, S) -> B hypotheses. The draws come from a `torch.Generator` seeded with `seed`, so a
-    seed fixes the output for a given batch. The returned logprob and score are those of the
-    unfiltered model distribution.
+    src (B, S) -> B hypotheses (None: abandoned). The draws come from a `torch.Generator` seeded
+    with `seed`, so a seed fixes the output for a given batch. The returned logprob and score are
+    those of the unfiltered model distribution.
     """
     generator = torch.Generator(device=src.device).manual_seed(seed)
 
@@ -280,7 +306,7 @@ def sample(
         probs = filter_logits(logp, temperature, top_k, top_p).softmax(dim=-1)  # (R, V)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    return _single_path(model, src, pick, max_len, min_len, alpha, use_cache)
+    return _single_path(model, src, pick, max_len, min_len, alpha, use_cache, abandoned)
 
 
 def _in_place_order(parent: Tensor) -> Tensor:
@@ -316,8 +342,10 @@ def beam_search(
     max_len: int | Tensor | None = None,
     min_len: int = 0,
     use_cache: bool = True,
+    abandoned: Abandoned | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search. src (B, S) -> for each row, its `nbest` best finished hypotheses, best first.
+    """Beam search. src (B, S) -> for each row, its `nbest` best finished hypotheses, best first
+    ([] for a row `abandoned` dropped).
 
     Each step extends every alive hypothesis of a sentence by every token and ranks the candidates
     by their summed log-prob; of the 2 * beam best, those ending in eos among the first `beam` are
@@ -347,6 +375,15 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     for step in range(int(limit.max()) + 1):
         Ba, n = scores.shape  # n = 1 at the first step (bos only), then beam
+        keep = _dropped(abandoned, sentence)
+        if keep is not None:
+            for i in set(sentence.tolist()) - set(sentence[keep].tolist()):
+                finished[i] = []
+            if keep.numel() == 0:
+                break
+            rows.reorder((keep[:, None] * n + torch.arange(n, device=device)).view(-1), keep)
+            sentence, n_finished, kth_best = sentence[keep], n_finished[keep], kth_best[keep]
+            scores, Ba = scores[keep], keep.numel()
         logp = _constrain(
             rows.log_probs(), step, limit[sentence].repeat_interleave(n), min_len, rows.cfg
         )

@@ -14,8 +14,11 @@
 
 Every error is {"error": "..."} with LibreTranslate's status codes: 400 a bad request (naming the
 field), 403 a missing or wrong API key, 413 a request over a limit (naming it), 503 a full queue
-(with Retry-After), 504 a request over the time limit. Request bodies are read and checked here;
-decoding runs on the `Batcher`'s thread, never on the event loop.
+(with Retry-After) or a server that stopped before answering, 504 a request over the time limit.
+Request bodies are read and checked here; decoding runs on the `Batcher`'s thread, never on the
+event loop. A request's decoding is bounded before it starts (`Limits`: output tokens, beam, and
+their product over its sentences) and while it runs: past its time limit, or once its client has
+gone, it is dropped from its batch at the next decoding step.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +50,7 @@ from .limits import Limits
 from .metrics import Metrics
 
 STATIC = Path(__file__).parent / "static"
+DISCONNECT_POLL = 0.25  # seconds between checks that a waiting request's client is still there
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "digits": "Digits", "en": "English",
     "es": "Spanish", "fr": "French", "it": "Italian", "ja": "Japanese", "ko": "Korean",
@@ -160,21 +165,27 @@ def create_app(
     if len(served) != len(models):
         raise ValueError(f"two models serve the same pair: {[m.pair for m in models]}")
     metrics = Metrics()
-    batcher = Batcher(
-        {pair: m.translator for pair, m in served.items()},
-        max_queue=limits.max_queue,
-        max_wait=max_wait,
-        batch_tokens=batch_tokens,
-        batching=batching,
-        on_batch=metrics.observe_batch,
-    )
-    metrics.queue_depth.set_function(lambda: batcher.depth)
+    lanes = [  # decoding threads: short requests, long ones (limits.long_request_tokens)
+        Batcher(
+            {pair: m.translator for pair, m in served.items()},
+            max_queue=limits.max_queue,
+            max_wait=max_wait,
+            batch_tokens=batch_tokens,
+            batching=batching,
+            on_batch=metrics.observe_batch,
+        )
+        for _ in range(2)
+    ]
+    metrics.queue_depth.set_function(lambda: sum(lane.depth for lane in lanes))
+    check_options = _option_checks(limits)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        batcher.start()
+        for lane in lanes:
+            lane.start()
         yield
-        await asyncio.to_thread(batcher.stop)  # after the requests in flight are answered
+        for lane in lanes:  # after the requests in flight are answered
+            await asyncio.to_thread(lane.stop)
 
     app = FastAPI(
         title="qkv",
@@ -182,6 +193,8 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
     )
+    # `serve` abandons the work left when out of time to drain: how many requests it fails
+    app.state.abandon = lambda error: sum(lane.abandon(error) for lane in lanes)
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -250,30 +263,28 @@ def create_app(
                 "(--max-chars)",
             )
 
-    def check_options(model: ServedModel, o: DecodeOptions) -> None:
-        if o.beam > limits.max_beam:
-            raise HTTPError(
-                400, f"beam {o.beam} is over this server's limit of {limits.max_beam} (--max-beam)"
-            )
-        vocab = model.translator.target_vocab_size
-        if o.beam > vocab:
-            raise HTTPError(400, f"beam {o.beam} is larger than the target vocabulary ({vocab})")
-
     async def translate(
-        model: ServedModel, texts: list[str], o: DecodeOptions, attention: bool, alignment: bool
+        request: Request,
+        model: ServedModel,
+        texts: list[str],
+        o: DecodeOptions,
+        work: int,
+        attention: bool = False,
+        alignment: bool = False,
     ) -> list[Translation]:
         job = Job(model.pair, texts, o, attention, alignment)
         try:
-            future = batcher.submit(job)
+            future = lanes[work > limits.long_request_tokens].submit(job)
         except QueueFull as e:
             message = f"the server is busy: {e}; retry in a moment"
             raise HTTPError(503, message, {"Retry-After": "1"}) from None
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), limits.timeout)
+            return await _answer(request, future, limits.timeout)
         except asyncio.TimeoutError:
-            future.cancel()  # its batches not yet decoded are skipped
             message = f"the translation took longer than {limits.timeout:g} s (--timeout)"
             raise HTTPError(504, message) from None
+        except Stopped as e:
+            raise HTTPError(503, str(e), {"Retry-After": "1"}) from None
         except Exception as e:
             raise HTTPError(500, f"translation failed: {e}") from None
 
@@ -301,8 +312,8 @@ def create_app(
         check_size(flat)
         nbest = req.alternatives + 1
         o = options.replace(nbest=nbest, beam=max(options.beam, nbest))
-        check_options(model, o)
-        results = iter(await translate(model, flat, o, False, False))
+        work = check_options(model, o, flat)
+        results = iter(await translate(request, model, flat, o, work))
         texts, alternatives = [], []
         for item in lines:
             done = [next(results) for _ in item]
@@ -376,8 +387,8 @@ def create_app(
             o = options.replace(nbest=req.nbest, **changes)
         except ValueError as e:
             raise HTTPError(400, str(e)) from None
-        check_options(model, o)
-        results = await translate(model, texts, o, req.attention, req.alignment)
+        work = check_options(model, o, texts)
+        results = await translate(request, model, texts, o, work, req.attention, req.alignment)
         return JSONResponse(
             {
                 "source": model.source,
@@ -399,6 +410,8 @@ def create_app(
                 "max_chars": limits.max_chars,
                 "max_sentences": limits.max_sentences,
                 "max_beam": limits.max_beam,
+                "max_output_tokens": limits.max_output_tokens,
+                "max_decode_tokens": limits.max_decode_tokens,
                 "timeout": limits.timeout,
             },
             "api_key_required": api_key is not None,
@@ -406,7 +419,7 @@ def create_app(
 
     @app.get("/health", tags=["qkv"])
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "pairs": list(served), "queue": batcher.depth}
+        return {"status": "ok", "pairs": list(served), "queue": sum(lane.depth for lane in lanes)}
 
     @app.get("/metrics", tags=["qkv"])
     async def prometheus() -> Response:
@@ -417,6 +430,65 @@ def create_app(
         return FileResponse(STATIC / "index.html")
 
     return app
+
+
+class Stopped(Exception):
+    """The server stopped before this request was answered."""
+
+
+def _option_checks(limits: Limits) -> Callable[[ServedModel, DecodeOptions, list[str]], int]:
+    """The check of a request's decoding options and the work they ask for, before it starts:
+    the check returns that work (beam x output length limits, summed over the sentences)."""
+
+    def check(model: ServedModel, o: DecodeOptions, texts: list[str]) -> int:
+        if o.beam > limits.max_beam:
+            raise HTTPError(
+                400, f"beam {o.beam} is over this server's limit of {limits.max_beam} (--max-beam)"
+            )
+        vocab = model.translator.target_vocab_size
+        if o.beam > vocab:
+            raise HTTPError(400, f"beam {o.beam} is larger than the target vocabulary ({vocab})")
+        for name in ("max_len_b", "min_len"):
+            if getattr(o, name) > limits.max_output_tokens:
+                raise HTTPError(
+                    400,
+                    f"{name} {getattr(o, name)} is over this server's limit of "
+                    f"{limits.max_output_tokens} output tokens (--max-output-tokens)",
+                )
+        translator = model.translator
+        room = translator.max_src_tokens - 1
+        lengths = [min(len(ids), room) + 1 for ids in translator.tokenizer.encode_src(texts)]
+        work = o.beam * sum(o.max_output_length(n) for n in lengths)
+        if work > limits.max_decode_tokens:
+            raise HTTPError(
+                413,
+                f"the request may decode {work} tokens (beam {o.beam} x the output length limit "
+                f"of each sentence); the limit is {limits.max_decode_tokens} "
+                "(--max-decode-tokens): send fewer sentences, a smaller beam or max_len_b",
+            )
+        return work
+
+    return check
+
+
+async def _answer(request: Request, future: Future[list[Translation]], timeout: float) -> Any:
+    """The future's result, waited for at most `timeout` seconds while the client is connected;
+    otherwise the future is cancelled (the batcher drops its sentences at the next step) and
+    TimeoutError raised. The batcher's `Stopped` comes through as it is."""
+    deadline = time.monotonic() + timeout
+    waiting = asyncio.wrap_future(future)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise asyncio.TimeoutError
+            done, _ = await asyncio.wait({waiting}, timeout=min(left, DISCONNECT_POLL))
+            if done:
+                return waiting.result()
+            if await request.is_disconnected():
+                raise asyncio.TimeoutError  # nobody is left to answer
+    finally:
+        future.cancel()  # no effect once it has its result
 
 
 def _pair_name(m: ServedModel) -> str:

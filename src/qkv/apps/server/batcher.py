@@ -15,8 +15,13 @@ and beam search decode every row of a batch independently, so the translations a
 not depend on what else was in its batch (scores agree to float32 rounding: batched matrix products
 round differently for other shapes).
 
-A request whose caller gave up (`future.cancel()`, e.g. on a timeout) is skipped in the batches not
-yet decoded. The queue is bounded: `submit` raises QueueFull when `max_queue` requests wait.
+Within what it gathered, the cheapest group (beam × output length limit of its sentences) is
+decoded first, so that a short request does not wait behind a long one that came with it. A request
+whose caller gave up (`future.cancel()`: past its deadline, or its client went away) is dropped at
+the next decoding step, and its batches not yet decoded are skipped; the other sentences of its
+batch go on. The queue is bounded: `submit` raises QueueFull when `max_queue` requests wait.
+`abandon(error)` fails every queued and running request with `error` (a server out of time to
+drain); the running batch stops at its next step.
 """
 
 from __future__ import annotations
@@ -95,6 +100,7 @@ class Batcher:
         self.batching = batching
         self.on_batch = on_batch
         self._queue: deque[Job] = deque()
+        self._running: list[Job] = []  # the jobs being decoded
         self._cv = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="qkv-decoder", daemon=True)
@@ -113,6 +119,13 @@ class Batcher:
             self._stopping = True
             self._cv.notify_all()
         self._thread.join(timeout)
+
+    def abandon(self, error: Exception) -> int:
+        """Fail every queued and running job with `error`; how many were not yet answered."""
+        with self._cv:
+            jobs = [*self._queue, *self._running]
+            self._queue.clear()
+        return sum(_settle(job, exception=error) for job in jobs)
 
     def submit(self, job: Job) -> Future[list[Translation]]:
         """Queue a job; its future gets the translations. QueueFull when the queue is full."""
@@ -136,12 +149,15 @@ class Batcher:
             jobs = self._collect()
             if not jobs:
                 return
+            self._running = jobs
             try:
                 self._decode(jobs)
             except Exception as e:  # a bug, not the caller's mistake: fail these requests only
                 log.exception("decoding failed")
                 for job in jobs:
                     _settle(job, exception=e)
+            finally:
+                self._running = []
 
     def _collect(self) -> list[Job]:
         """The oldest waiting job and those that arrive within max_wait (up to collect_tokens
@@ -168,53 +184,70 @@ class Batcher:
             return jobs
 
     def _decode(self, jobs: list[Job]) -> None:
-        """Decode the jobs' sentences in shared batches, by (pair, options), longest first."""
-        groups: dict[tuple[str, DecodeOptions], list[Job]] = {}
+        """Decode the jobs' sentences in shared batches, by (pair, options), cheapest group
+        first, longest sentences first within a group."""
+        members: dict[tuple[str, DecodeOptions], list[Job]] = {}
         for job in jobs:
-            groups.setdefault((job.pair, job.options), []).append(job)
-        for (pair, options), members in groups.items():
-            translator = self.translators[pair]
-            sentences = [(job, i) for job in members for i in range(len(job.texts))]
-            texts = [job.texts[i] for job, i in sentences]
-            room = translator.max_src_tokens - 1  # longer sources are truncated to this
-            lengths = [min(len(ids), room) + 1 for ids in translator.tokenizer.encode_src(texts)]
-            order = sorted(range(len(sentences)), key=lambda k: -lengths[k])
-            for batch in _cut(order, lengths, self.batch_tokens if self.batching else 0):
-                live = [k for k in batch if not sentences[k][0].future.done()]
-                if not live:
-                    continue
-                attention = any(sentences[k][0].attention for k in live)
-                alignment = any(sentences[k][0].alignment for k in live)
-                start = time.perf_counter()
-                try:
-                    results = translator.translate_detailed(
-                        [texts[k] for k in live],
-                        options,
-                        attention=attention,
-                        alignment=alignment,
-                        batch_tokens=self.batch_tokens,
-                    )
-                except Exception as e:
-                    log.exception("decoding failed")
-                    for job in {sentences[k][0] for k in live}:
-                        _settle(job, exception=e)
-                    continue
-                if self.on_batch is not None:
-                    self.on_batch(
-                        BatchStats(
-                            pair,
-                            len(live),
-                            sum(lengths[k] for k in live),
-                            sum(len(r.tokens) + 1 for r in results),
-                            time.perf_counter() - start,
-                        )
-                    )
-                for k, result in zip(live, results, strict=True):
-                    job, i = sentences[k]
-                    job.results[i] = result
-                    job.waiting -= 1
-                    if job.waiting == 0:
-                        _settle(job, result=job.results)
+            members.setdefault((job.pair, job.options), []).append(job)
+        groups = [
+            _Group(pair, options, self.translators[pair], same)
+            for (pair, options), same in members.items()
+        ]
+        for group in sorted(groups, key=lambda g: g.cost):
+            order = sorted(range(len(group.lengths)), key=lambda k: -group.lengths[k])
+            for batch in _cut(order, group.lengths, self.batch_tokens if self.batching else 0):
+                live = [k for k in batch if not group.sentences[k][0].future.done()]
+                if live:
+                    self._decode_batch(group, live)
+
+    def _decode_batch(self, group: _Group, live: list[int]) -> None:
+        """Decode sentences `live` of a group; settle each job whose last sentence this was."""
+        owners = [group.sentences[k][0] for k in live]
+        start = time.perf_counter()
+        try:
+            results = group.translator.translate_detailed(
+                [group.texts[k] for k in live],
+                group.options,
+                attention=any(job.attention for job in owners),
+                alignment=any(job.alignment for job in owners),
+                batch_tokens=self.batch_tokens,
+                abandoned=lambda r: owners[r].future.done(),
+            )
+        except Exception as e:
+            log.exception("decoding failed")
+            for job in set(owners):
+                _settle(job, exception=e)
+            return
+        if self.on_batch is not None:
+            seconds = time.perf_counter() - start
+            done = [r for r in results if r is not None]
+            sources = sum(group.lengths[k] for k in live)
+            targets = sum(len(r.tokens) + 1 for r in done)
+            self.on_batch(BatchStats(group.pair, len(live), sources, targets, seconds))
+        for k, result in zip(live, results, strict=True):
+            job, i = group.sentences[k]
+            if result is None:  # dropped: its caller gave up
+                continue
+            job.results[i] = result
+            job.waiting -= 1
+            if job.waiting == 0:
+                _settle(job, result=job.results)
+
+
+class _Group:
+    """The sentences of the gathered jobs that share a language pair and decoding options."""
+
+    def __init__(
+        self, pair: str, options: DecodeOptions, translator: Translator, jobs: list[Job]
+    ) -> None:
+        self.pair, self.options, self.translator = pair, options, translator
+        self.sentences = [(job, i) for job in jobs for i in range(len(job.texts))]
+        self.texts = [job.texts[i] for job, i in self.sentences]
+        room = translator.max_src_tokens - 1  # longer sources are truncated to this
+        encoded = translator.tokenizer.encode_src(self.texts)
+        self.lengths = [min(len(ids), room) + 1 for ids in encoded]  # eos counted
+        # what decoding it may take: beam * the output length limits
+        self.cost = options.beam * sum(options.max_output_length(n) for n in self.lengths)
 
 
 def _cut(order: list[int], lengths: list[int], batch_tokens: int) -> list[list[int]]:
@@ -239,15 +272,17 @@ def _count_chars(job: Job) -> int:
 
 def _settle(
     job: Job, result: list[Translation | None] | None = None, exception: Exception | None = None
-) -> None:
-    """Give a job's future its result or exception, unless its caller gave up on it."""
+) -> bool:
+    """Give a job's future its result or exception, unless it has one or its caller gave up on
+    it; whether it was given."""
     try:
         if exception is not None:
             job.future.set_exception(exception)
         else:
             job.future.set_result(result)  # type: ignore[arg-type]
-    except InvalidStateError:  # cancelled meanwhile
-        pass
+    except InvalidStateError:  # cancelled or settled meanwhile
+        return False
+    return True
 
 
 __all__ = ["BatchStats", "Batcher", "Job", "QueueFull"]

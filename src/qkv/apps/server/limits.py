@@ -14,5 +14,12 @@ class Limits:
     max_chars: int = 10_000  # characters of text in one request (413)
     max_sentences: int = 128  # sentences (lines) in one request (413)
     max_beam: int = 16  # beam and n-best (400)
+    max_output_tokens: int = 512  # max_len_b and min_len of a request (400)
+    # beam * output length limit (max_len_a * source tokens + max_len_b), summed over the
+    # sentences: the most decoding a request may ask for (413)
+    max_decode_tokens: int = 131_072
+    # requests that may decode more than this many tokens (as above) are decoded by a second
+    # thread, so that short requests never wait behind them
+    long_request_tokens: int = 4096
     timeout: float = 60.0  # seconds from arrival to answer (504)
     max_queue: int = 256  # requests waiting for the decoder (503 beyond)

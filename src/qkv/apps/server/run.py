@@ -6,8 +6,9 @@
 
 The socket is bound before uvicorn starts, so that port 0 (a free port) works: the line
 `qkv serve: listening on http://HOST:PORT` on stdout gives the port. On SIGTERM or Ctrl-C uvicorn
-stops accepting connections, answers the requests in flight (for at most `drain_seconds`), then the
-decoding thread finishes what is queued and the process exits.
+stops accepting connections and answers the requests in flight for at most `grace` seconds; what is
+still queued or decoding then is abandoned (its requests answered 503, the running batch stopped at
+its next step), and `serve` returns how many requests it abandoned.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import ipaddress
 import logging
 import signal
 import socket
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -24,7 +27,7 @@ from fastapi import FastAPI
 from ...decode.options import DecodeOptions
 from ...modeldir import load_languages
 from ..translator import DEFAULT_MAX_SRC_TOKENS, Translator
-from .app import ServedModel
+from .app import ServedModel, Stopped
 
 log = logging.getLogger("qkv.serve")
 
@@ -98,14 +101,28 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, which also calls `on_exit` at the first SIGTERM or Ctrl-C."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[int], None]) -> None:
+        super().__init__(config)
+        self.on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:
+            self.on_exit(sig)
+        super().handle_exit(sig, frame)
+
+
 def serve(
     app: FastAPI,
     host: str = "127.0.0.1",
     port: int = 8000,
-    drain_seconds: float = 60.0,
+    grace: float = 20.0,
     access_log: bool = False,
-) -> None:
-    """Run the server until SIGTERM or Ctrl-C (see the module docstring)."""
+) -> int:
+    """Run the server until SIGTERM or Ctrl-C (see the module docstring); the number of requests
+    abandoned when it stopped."""
     sock = bind(host, port)
     sock.listen(2048)  # connections wait in the backlog until uvicorn serves them
     bound_host, bound_port = sock.getsockname()[:2]
@@ -117,10 +134,21 @@ def serve(
         app,
         log_level="info",
         access_log=access_log,
-        timeout_graceful_shutdown=int(drain_seconds) + 1,
+        timeout_graceful_shutdown=int(grace) + 5,  # after the abandoned requests are answered
         lifespan="on",
     )
-    server = uvicorn.Server(config)
+    abandoned: list[int] = []
+
+    def abandon() -> None:
+        error = Stopped(f"the server stopped before answering (no answer within {grace:g} s)")
+        abandoned.append(app.state.abandon(error))
+
+    def start_clock(signum: int) -> None:
+        timer = threading.Timer(grace, abandon)
+        timer.daemon = True
+        timer.start()
+
+    server = _Server(config, start_clock)
     # uvicorn handles SIGTERM and SIGINT (drain, then stop) and raises the signal again when done;
     # these handlers take that second one, so that a drained server exits with status 0
     received: list[int] = []
@@ -133,7 +161,10 @@ def serve(
         for s, handler in previous.items():
             signal.signal(s, handler)
     why = f" ({signal.Signals(received[0]).name})" if received else ""
-    print(f"qkv serve: stopped{why}", flush=True)
+    lost = sum(abandoned)
+    left = f"; {lost} requests abandoned after {grace:g} s (answered 503)" if lost else ""
+    print(f"qkv serve: stopped{why}{left}", flush=True)
+    return lost
 
 
 __all__ = ["bind", "load_models", "parse_pair", "serve", "warm_up"]

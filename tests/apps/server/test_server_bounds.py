@@ -1,0 +1,108 @@
+"""One request never holds `qkv serve`: its work is bounded before it starts (output tokens, and
+beam x output length limits over its sentences), a request that asks for much is decoded by a
+thread of its own, and one past its time limit or whose client went away is dropped from its batch
+at the next decoding step. SIGTERM drains for at most --grace seconds, then answers 503.
+
+Each long request is the hostile one at the limits of a default server: beam 16, 8 sentences whose
+outputs are forced to 512 tokens (--max-output-tokens), about 10 s of decoding alone on 2 cores.
+Every loop is bounded and every client call has a timeout."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+from server_process import KEY, PAIR, Server, running
+
+from sentences import EN  # tests/sentences.py
+
+HOSTILE = {"text": "1 2", "beam": 16, "max_len_b": 8192, "min_len": 8000}
+LONG = {"text": EN[:8], "beam": 16, "max_len_b": 512, "min_len": 512}
+ORDINARY = {"text": EN[2]}
+
+
+def test_a_request_asking_too_much_is_refused_before_it_starts(server: Server) -> None:
+    def post(fields: dict) -> httpx.Response:
+        return server.client.post("/v1/translate", json={**fields, "api_key": KEY})
+
+    r = post({**HOSTILE, "beam": 4})
+    assert r.status_code == 400
+    assert "--max-output-tokens" in r.json()["error"]
+    assert "max_len_b 8192" in r.json()["error"]
+    r = post({**HOSTILE, "beam": 4, "max_len_b": 100})
+    assert r.status_code == 400 and "min_len 8000" in r.json()["error"]
+    # 40 sentences x beam 6 x (100 * ~4 source tokens + 512) output tokens
+    many = {"text": ["1 2"] * 40, "beam": 6, "max_len_a": 100.0, "max_len_b": 512}
+    r = post(many)
+    assert r.status_code == 413
+    assert "--max-decode-tokens" in r.json()["error"]
+    limits = server.client.get("/v1/info").json()["limits"]
+    assert limits["max_output_tokens"] == 512 and limits["max_decode_tokens"] == 131_072
+
+
+def test_a_loop_of_hostile_requests_leaves_ordinary_ones_quick(model_dir: Path) -> None:
+    """Two clients loop the hostile request and the longest one allowed (each answered 400, or
+    504 after --timeout); meanwhile an ordinary request's p95 latency stays under 2 s."""
+    with running(model_dir, "--pair", PAIR, "--timeout", "4") as server:
+        stop = threading.Event()
+
+        def attack(_: int) -> list[int]:
+            statuses = []
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                for _ in range(6):  # bounded
+                    if stop.is_set():
+                        break
+                    statuses.append(client.post("/v1/translate", json=HOSTILE).status_code)
+                    statuses.append(client.post("/v1/translate", json=LONG).status_code)
+            return statuses
+
+        with ThreadPoolExecutor(2) as pool:
+            attacks = [pool.submit(attack, i) for i in range(2)]
+            time.sleep(1)  # the long requests are decoding
+            latencies = []
+            for _ in range(20):
+                start = time.perf_counter()
+                r = server.client.post("/v1/translate", json=ORDINARY)
+                latencies.append(time.perf_counter() - start)
+                assert r.status_code == 200, r.text
+            stop.set()
+            statuses = [s for a in attacks for s in a.result(timeout=300)]
+    assert set(statuses) == {400, 504}, statuses
+    p95 = statistics.quantiles(latencies, n=20)[-1]
+    assert p95 < 2.0, latencies
+
+
+def test_a_request_whose_client_left_stops_decoding(model_dir: Path) -> None:
+    """The client of a long request gives up after 1 s; the next long request (1.3 s of work
+    alone) is not kept waiting behind the ~10 s the first would still have taken."""
+    with running(model_dir, "--pair", PAIR) as server:
+        try:
+            server.client.post("/v1/translate", json=LONG, timeout=1)
+        except httpx.ReadTimeout:
+            pass
+        start = time.perf_counter()
+        r = server.client.post("/v1/translate", json={**LONG, "text": EN[:1]}, timeout=60)
+        took = time.perf_counter() - start
+        assert r.status_code == 200, r.text
+        assert took < 6, f"{took:.1f} s: the abandoned request was decoded on"
+
+
+def test_sigterm_drains_for_the_grace_period_then_answers_503(model_dir: Path) -> None:
+    with running(model_dir, "--pair", PAIR, "--grace", "1") as server, ThreadPoolExecutor(1) as pool:
+        url = server.url + "/v1/translate"  # its own connection: stop() closes the client
+        answer = pool.submit(httpx.post, url, json=LONG, timeout=120)
+        time.sleep(1)  # the request is decoding
+        assert not answer.done()
+        start = time.perf_counter()
+        status = server.stop(timeout=60)
+        stopped = time.perf_counter() - start
+        r = answer.result(timeout=60)
+        output = server.output()
+    assert status == 1, output
+    assert stopped < 8, f"{stopped:.1f} s to stop"
+    assert r.status_code == 503 and "stopped before answering" in r.json()["error"]
+    assert "1 requests abandoned" in output
