@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import random
+import types
 import warnings
 from pathlib import Path
 
@@ -296,3 +298,35 @@ def test_load_refuses_no_directory_and_an_unusable_device(tmp_path: Path) -> Non
             Translator.load(tmp_path, device="cuda")
     with pytest.raises(ValueError, match=r"there are \d+ CUDA devices|CUDA is not available"):
         Translator.load(tmp_path, device=f"cuda:{torch.cuda.device_count()}")
+
+
+def test_a_text_with_a_lone_surrogate_is_refused_naming_it(tokenizer: SubwordTokenizer) -> None:
+    """A lone surrogate ("\\ud800", or "\\udcff": a byte that surrogateescape kept) is not Unicode text: a ValueError
+    naming the element, when the call is made, not SentencePiece's "List elements must be str or bytes"."""
+    t = translator(tokenizer)
+    with pytest.raises(ValueError, match=r"texts\[1\] holds a lone surrogate \(U\+D800 at character 4\), so it is not valid Unicode"):
+        t.translate(["4 0 5", "4 0 \ud800"])
+    with pytest.raises(ValueError, match=r"texts\[0\] holds a lone surrogate \(U\+DCFF"):
+        t.translate_stream(["4 0 \udcff"])
+
+
+def test_the_commands_say_in_one_line_that_a_line_is_not_unicode(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`qkv translate` reads files and stdin as strict UTF-8, so a surrogate's bytes (ED A0 80) are invalid
+    UTF-8; a sentence argument with bytes that are not UTF-8 reaches Python as lone surrogates."""
+    from qkv.apps.cli import main
+
+    data = b"4 0 5\n4 0 \xed\xa0\x80\n"
+    (tmp_path / "in.txt").write_bytes(data)
+    assert main(["translate", "--model", str(model_dir), "--input", str(tmp_path / "in.txt")]) == 2
+    assert capsys.readouterr().err.endswith("in.txt:2: invalid UTF-8 (invalid continuation byte at byte 4)\n")
+    monkeypatch.setattr("sys.stdin", types.SimpleNamespace(buffer=io.BytesIO(data)))
+    assert main(["translate", "--model", str(model_dir)]) == 2
+    assert capsys.readouterr().err == "qkv translate: error: stdin is not valid UTF-8 (invalid continuation byte at byte 10)\n"
+    sentence = b"4 0 \xff".decode("utf-8", "surrogateescape")  # as sys.argv holds it
+    assert main(["attention", "--model", str(model_dir), "--out", str(tmp_path / "att"), sentence]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == ("qkv attention: error: texts[0] holds a lone surrogate (U+DCFF at character 4), "
+                       "so it is not valid Unicode text")
+    assert not any("Traceback" in line for line in err)

@@ -60,6 +60,29 @@ def test_decode_stops_at_eos_and_skips_pad_and_bos(tmp_path, corpus):
     assert tok.decode_tgt(padded) == ["ein mann", "im park"]
 
 
+def test_decode_refuses_a_flat_list_of_ids_in_one_line(tmp_path, corpus):
+    """decode_* take a list of sequences; a flat list is one sequence's ids, not a batch."""
+    tok = SubwordTokenizer.train(*corpus, tmp_path, vocab_size=100)
+    ids = tok.encode_tgt(["ein mann"])[0]
+    assert tok.decode_tgt([ids]) == tok.decode_tgt((tuple(ids),)) == ["ein mann"]
+    for decode in (tok.decode_src, tok.decode_tgt):
+        with pytest.raises(TypeError, match=r"list of id sequences .*got a list of int; for one sequence, pass \[ids\]"):
+            decode(ids)
+        with pytest.raises(TypeError, match="list of id sequences, got int"):
+            decode(5)
+
+
+def test_a_text_with_a_lone_surrogate_is_named_in_one_line(tmp_path, corpus):
+    """A lone surrogate ("\\ud800", or "\\udcff" from bytes decoded with surrogateescape) is no Unicode
+    text: SentencePiece's own error ("List elements must be str or bytes") would not say which."""
+    tok = SubwordTokenizer.train(*corpus, tmp_path, vocab_size=100)
+    for encode in (tok.encode_src, tok.encode_tgt):
+        with pytest.raises(ValueError, match=r"texts\[1\] holds a lone surrogate \(U\+D800 at character 4\)"):
+            encode(["ein mann", "4 0 \ud800"])
+    with pytest.raises(ValueError, match=r"texts\[0\] holds a lone surrogate \(U\+DCFF at character 0\)"):
+        tok.encode_src(["\udcff im park"], dropout=0.1)
+
+
 def test_chinese_round_trip_with_auto_coverage(tmp_path):
     zh = [*sentences(ZH_CHARS, 400, seed=2, sep=""), "我们今天去公园，天气很好。"]
     en = sentences(EN_WORDS.split(), 400, seed=3)
@@ -170,7 +193,8 @@ def test_vocabulary_ids_number_the_pieces_in_its_order_and_survive_save_and_load
     expected = [1 if p == left_out else order.index(p) for p in text_pieces]
     assert tok.encode_src([text]) == [expected] and expected[0] == 1
     assert tok.encode_src([">>deu<< " + text]) == [[2, *expected]]
-    assert tok.decode_tgt([[*expected[1:], 0, 5]]) == [trained.src_sp.decode_pieces(["<unk>" if p == left_out else p for p in text_pieces[1:]])]
+    # decoding stops at eos (0) and drops unk, as MarianTokenizer.decode(skip_special_tokens=True)
+    assert tok.decode_tgt([[*expected[1:], 0, 5]]) == [trained.src_sp.decode_pieces([p for p in text_pieces[1:] if p != left_out])]
     tok.save(tmp_path / "mapped")
     loaded = SubwordTokenizer.load(tmp_path / "mapped")
     assert loaded.same_as(tok) and loaded.encode_tgt(corpus[1]) == tok.encode_tgt(corpus[1])

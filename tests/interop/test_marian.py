@@ -7,6 +7,9 @@ the logits of `MarianMTModel` on a teacher-forced batch, and the ids of its `gen
 
 from __future__ import annotations
 
+import json
+import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +165,73 @@ def test_logits_and_greedy_ids_equal_marian(converted: tuple[Path, Path]) -> Non
     assert load_languages(out) == ("en", "fr")  # from tokenizer_config.json, for `qkv serve`
 
 
+def test_every_id_decodes_as_marian_tokenizer_decodes_it(converted: tuple[Path, Path]) -> None:
+    """Each id of the target vocabulary alone, and random sequences of them, decode to the text of
+    `MarianTokenizer.decode(ids, skip_special_tokens=True)`. A shared vocabulary (OPUS-MT's) holds the
+    pieces of both SentencePiece models, so an id can be a piece that only source.spm knows ("▁city")
+    or only target.spm ("▁ville"): each comes out as text, never as a raw piece."""
+    source, out = converted
+    hf_tok = transformers.MarianTokenizer.from_pretrained(source)
+    tok = SubwordTokenizer.load(out)
+    ids = [i for i in range(tok.tgt_vocab_size) if i != tok.eos_id]  # eos ends a sequence
+    rng = random.Random(0)
+    sequences = [[i] for i in range(tok.tgt_vocab_size)]
+    sequences += [[*rng.choices(ids, k=rng.randint(2, 8)), tok.eos_id] for _ in range(300)]
+    assert tok.decode_tgt(sequences) == [hf_tok.decode(seq, skip_special_tokens=True) for seq in sequences]
+    if not hf_tok.separate_vocabs:
+        city, ville = hf_tok.convert_tokens_to_ids(["▁city", "▁ville"])
+        assert tok.tgt_sp.piece_to_id("▁city") == tok.tgt_sp.unk_id()  # a source piece only
+        assert tok.src_sp.piece_to_id("▁ville") == tok.src_sp.unk_id()  # a target piece only
+        assert tok.decode_tgt([[ville, city, city]]) == ["ville city city"]
+
+
+def marian_copy(marian_dir: Path, tmp_path: Path, fault: str) -> Path:
+    """A copy of marian_dir with `fault`."""
+    copy = tmp_path / "copy"
+    shutil.copytree(marian_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    if fault == "d_model-a-string":
+        config["d_model"] = "32"
+    elif fault == "d_model-not-the-weights":
+        config["d_model"] = 64
+    elif fault == "one-layer-too-many":
+        config["encoder_layers"] += 1
+    elif fault == "ffn-not-the-weights":
+        config["encoder_ffn_dim"] = config["decoder_ffn_dim"] = 32
+    elif fault == "config-a-list":
+        config = [config]
+    elif fault == "source.spm-truncated":
+        spm_bytes = (copy / "source.spm").read_bytes()
+        (copy / "source.spm").write_bytes(spm_bytes[: len(spm_bytes) // 2])
+    elif fault == "target.spm-empty":
+        (copy / "target.spm").write_bytes(b"")
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+FAULTS = {  # fault: what the one line says after the directory
+    "d_model-a-string": 'config.json: "d_model" must be int, got \'32\'',
+    "d_model-not-the-weights": 'config.json: "d_model" is 64, but the weights have 32 (model.shared.weight is',
+    "one-layer-too-many": 'config.json: "encoder_layers" is 3, but the weights have 2',
+    "ffn-not-the-weights": 'config.json: "encoder_ffn_dim" is 32, but the weights have 64',
+    "config-a-list": "config.json: expected a JSON object of settings, got list",
+    "source.spm-truncated": "source.spm is not a SentencePiece model",
+    "target.spm-empty": "target.spm is not a SentencePiece model",
+}
+
+
+@pytest.mark.parametrize(("fault", "message"), FAULTS.items(), ids=list(FAULTS))
+def test_a_bad_config_or_sentencepiece_file_is_one_line_and_writes_nothing(
+        marian_dir: Path, tmp_path: Path, capsys, fault: str, message: str) -> None:
+    copy = marian_copy(marian_dir, tmp_path, fault)
+    out = tmp_path / "out"
+    assert main(["convert", "marian", str(copy), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qkv convert: error: ") and err.count("\n") == 1, err
+    assert message in err and str(copy) in err
+    assert not out.exists()
+
+
 def test_a_directory_that_is_not_marian_is_refused_in_one_line(marian_dir: Path, tmp_path: Path, capsys) -> None:
     assert main(["convert", "marian", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert "no config.json" in capsys.readouterr().err
@@ -175,9 +245,6 @@ def test_a_directory_that_is_not_marian_is_refused_in_one_line(marian_dir: Path,
 
 def convert_marian_config_of(marian_dir: Path, tmp_path: Path, **changes: Any) -> None:
     """Convert a copy of marian_dir whose config.json has `changes`."""
-    import json
-    import shutil
-
     copy = tmp_path / "copy"
     shutil.copytree(marian_dir, copy)
     config = json.loads((copy / "config.json").read_text())
@@ -187,8 +254,6 @@ def convert_marian_config_of(marian_dir: Path, tmp_path: Path, **changes: Any) -
 
 def test_weights_that_are_not_tensors_only_are_refused(marian_separate_dir: Path, tmp_path: Path) -> None:
     """pytorch_model.bin is read with torch.load(weights_only=True): a pickle of anything else never runs."""
-    import shutil
-
     copy = tmp_path / "copy"
     shutil.copytree(marian_separate_dir, copy)
     torch.save({"weights": torch.ones(2), "code": Path("x")}, copy / "pytorch_model.bin")  # not tensors only

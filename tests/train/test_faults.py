@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from qkv.apps.cli import main
-from qkv.modeldir import CheckpointError, load_config, load_weights, save_model_dir
+from qkv.modeldir import CheckpointError, load_config, load_model_dir, load_weights, save_model_dir
 from qkv.train import Trainer, load_train_config
 from qkv.train.checkpoints import list_checkpoints
 
@@ -198,6 +198,21 @@ def test_average_into_the_run_directory_itself(run: Path, capsys, monkeypatch) -
     monkeypatch.chdir(run.parent)
     code, err = qkv(capsys, "average", "--model", "run", "--last", "2", "--out", run.resolve())
     assert code == 0, err
+
+
+def test_average_refuses_a_non_empty_out_unless_told(run: Path, tmp_path: Path, capsys) -> None:
+    other = tmp_path / "other-model"
+    other.mkdir()
+    (other / "model.safetensors").write_bytes(b"another model")
+    (other / "config.json").write_text("{}")
+    code, err = qkv(capsys, "average", "--model", run, "--last", "2", "--out", other)
+    assert code == 2 and "--overwrite" in one_error_line(err, "average")
+    assert (other / "model.safetensors").read_bytes() == b"another model"
+    assert (other / "config.json").read_text() == "{}"
+    code, err = qkv(capsys, "average", "--model", run, "--last", "2", "--out", other,
+                    "--overwrite")
+    assert code == 0, err
+    assert load_model_dir(other) is not None
 
 
 def test_average_loads_strictly(run: Path, tmp_path: Path, capsys) -> None:

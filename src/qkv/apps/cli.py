@@ -104,9 +104,9 @@ def cmd_average(args: argparse.Namespace) -> int:
         mean = -window.mean if window.metric == "loss" else window.mean  # a loss is negated
         print(f"the best {args.best} in a row: mean validation {window.metric} {mean:.4g}")
         paths = window.paths
-        target = average_into(args.model, paths, args.out)
+        target = average_into(args.model, paths, args.out, args.overwrite)
     else:
-        target, paths = average_run(args.model, args.last, args.out)
+        target, paths = average_run(args.model, args.last, args.out, args.overwrite)
     print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {target}")
     return 0
 
@@ -842,6 +842,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--out", help="write a new model directory here (default: replace the run's weights)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into --out even if it is a non-empty directory (its model is replaced)",
     )
     p.set_defaults(func=cmd_average)
 

@@ -27,7 +27,9 @@ Ids are SentencePiece's own, or, for an imported model (`qkv.interop.marian`), a
 sides share one) and the pieces of the four special tokens, and a text's id sequence is its pieces'
 places in that list (MarianTokenizer's `vocab.json` over the SentencePiece pieces). A text that
 starts with a target-language token such as ">>fra<<" keeps that token whole, as Marian's
-multilingual models expect.
+multilingual models expect. Every id of such a vocabulary decodes as MarianTokenizer's `decode(ids,
+skip_special_tokens=True)` does (`marian_text`), a piece that the decoding SentencePiece model does
+not know included.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ EOS_ID = 3
 CONFIG_TYPES = {"joint": bool, "model_type": str, "vocab_size": int, "lowercase": bool}
 CONFIG_KEYS = tuple(CONFIG_TYPES)  # tokenizer.json; "vocabulary" too for vocabulary ids
 SPECIALS = ("pad", "unk", "bos", "eos")
+SPACE_SYMBOL = "\u2581"  # SentencePiece's "▁", the space that starts a word
 
 # CJK ideographs (and extension A, compatibility ideographs), kana, and hangul.
 _CJK = re.compile(
@@ -142,6 +145,40 @@ def split_language_token(text: str) -> tuple[list[str], str]:
     if text.startswith(">>") and end != -1:
         return [text[: end + 2]], text[end + 2 :]
     return [], text
+
+
+def marian_text(sp: spm.SentencePieceProcessor, pieces: list[str]) -> str:
+    """The text of `pieces` as MarianTokenizer writes it (`convert_tokens_to_string` without
+    special tokens): SentencePiece decodes the pieces it knows and passes the others through as
+    they are, then every "▁" left becomes a space and the text is stripped."""
+    return sp.decode_pieces(pieces).replace(SPACE_SYMBOL, " ").strip()
+
+
+def check_unicode(texts: list[str]) -> None:
+    """A ValueError naming the first text that is not valid Unicode: one holding a lone surrogate
+    (U+D800..U+DFFF), as bytes decoded with errors="surrogateescape" do."""
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(
+                f"texts[{i}] holds a lone surrogate (U+{ord(text[e.start]):04X} at character "
+                f"{e.start}), so it is not valid Unicode text"
+            ) from None
+
+
+def _id_sequences(ids: Any, method: str) -> list[list[int]]:
+    """`ids` as a list of id sequences; a TypeError in one line for a flat list of ids."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise TypeError(f"{method} takes a list of id sequences, got {type(ids).__name__}")
+    ids = list(ids)
+    for seq in ids:
+        if isinstance(seq, str | bytes) or not isinstance(seq, Iterable):
+            raise TypeError(
+                f"{method} takes a list of id sequences ([[ids], ...]), got a list of "
+                f"{type(seq).__name__}; for one sequence, pass [ids]"
+            )
+    return [list(seq) for seq in ids]
 
 
 def check_config(config: Any) -> None:
@@ -341,11 +378,16 @@ class SubwordTokenizer:
     ) -> list[list[int]]:
         """SentencePiece's ids, or the vocabulary's ids of the pieces (unk for a piece it lacks),
         after a leading target-language token."""
+        given = texts
         texts = self._normalize_case(texts)
-        if index is None:
-            return _encode(sp, texts, dropout)
-        split = [split_language_token(text) for text in texts]  # (code, rest)
-        pieces = _encode(sp, [rest for _, rest in split], dropout, out_type=str)
+        try:
+            if index is None:
+                return _encode(sp, texts, dropout)
+            split = [split_language_token(text) for text in texts]  # (code, rest)
+            pieces = _encode(sp, [rest for _, rest in split], dropout, out_type=str)
+        except TypeError:  # SentencePiece's "List elements must be str or bytes"
+            check_unicode(given)
+            raise
         return [
             [index.get(p, self.unk_id) for p in code + seq]
             for (code, _), seq in zip(split, pieces, strict=True)
@@ -353,7 +395,7 @@ class SubwordTokenizer:
 
     def encode_src(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
         """Sentences -> subword ids, without bos/eos (the batcher adds them); `dropout`: see
-        `_encode`."""
+        `_encode`. A text with a lone surrogate is a ValueError naming it (`check_unicode`)."""
         index = None if self.src_pieces is None else self._src_index
         return self._encode_side(self.src_sp, index, texts, dropout)
 
@@ -375,12 +417,25 @@ class SubwordTokenizer:
         ids = [self._strip_specials(seq) for seq in ids]
         if pieces is None:
             return sp.decode(ids)
-        return [sp.decode_pieces([pieces[i] for i in seq]) for seq in ids]
+        return [marian_text(sp, [pieces[i] for i in seq if i != self.unk_id]) for seq in ids]
+
+    @property
+    def _vocabulary_decoder(self) -> spm.SentencePieceProcessor:
+        """The model that writes the target text of vocabulary ids: with one vocabulary for both
+        sides, the source model, as MarianTokenizer decodes a shared vocabulary."""
+        shared = self.config["vocabulary"]["tgt"] is None
+        return self.src_sp if shared else self.tgt_sp
 
     def decode_src(self, ids: list[list[int]]) -> list[str]:
-        """Ids -> sentences; each sequence stops at its first eos, and pad and bos are skipped."""
+        """A list of id sequences -> sentences; each sequence stops at its first eos, and pad and
+        bos are skipped (with a vocabulary, unk too: see `marian_text`)."""
+        ids = _id_sequences(ids, "decode_src")
         return self._decode_side(self.src_sp, self.src_pieces, ids)
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
-        """Ids -> sentences; each sequence stops at its first eos, and pad and bos are skipped."""
-        return self._decode_side(self.tgt_sp, self.tgt_pieces, ids)
+        """A list of id sequences -> sentences; each sequence stops at its first eos, and pad and
+        bos are skipped (with a vocabulary, unk too: see `marian_text`)."""
+        ids = _id_sequences(ids, "decode_tgt")
+        if self.tgt_pieces is None:
+            return self._decode_side(self.tgt_sp, None, ids)
+        return self._decode_side(self._vocabulary_decoder, self.tgt_pieces, ids)

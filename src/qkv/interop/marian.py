@@ -36,7 +36,9 @@ of float additions changes).
 What qkv cannot represent is refused with a ValueError naming it, never approximated: another
 activation, different head counts or FFN sizes in encoder and decoder, the BART options some
 configs carry (`normalize_before`, `normalize_embedding`, `add_final_layer_norm`,
-`add_bias_logits`), learned positions, and any weight qkv has no place for.
+`add_bias_logits`), learned positions, and any weight qkv has no place for. So is a config.json
+whose settings have the wrong type or contradict the weights' sizes (naming the setting), and a
+SentencePiece file that does not parse; `qkv convert` then writes nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import sentencepiece as spm
 import torch
 from torch import Tensor, nn
 
@@ -66,8 +69,20 @@ DEFAULTS: dict[str, Any] = dict(
     decoder_attention_heads=16, activation_function="gelu", d_model=1024, dropout=0.1,
     attention_dropout=0.0, activation_dropout=0.0, decoder_start_token_id=58100,
     scale_embedding=False, pad_token_id=58100, eos_token_id=0,
-    share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+    share_encoder_decoder_embeddings=True, tie_word_embeddings=True, model_type="marian",
 )
+# the type of each setting qkv reads (a bool is no int here; None: the key may be null)
+SIZES = ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers",
+         "encoder_ffn_dim", "decoder_ffn_dim", "encoder_attention_heads", "decoder_attention_heads")
+FLAGS = ("scale_embedding", "share_encoder_decoder_embeddings", "tie_word_embeddings")
+SETTING_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(SIZES, (int,)),
+    "decoder_vocab_size": (int, type(None)),
+    **dict.fromkeys(("dropout", "attention_dropout", "activation_dropout"), (int, float)),
+    **dict.fromkeys(FLAGS, (bool,)),
+    "activation_function": (str,),
+    "model_type": (str,),
+}
 # options of BART's configuration that Marian's code ignores and qkv does not have
 REFUSED_OPTIONS = ("normalize_before", "normalize_embedding", "add_final_layer_norm",
                    "add_bias_logits")
@@ -93,19 +108,59 @@ def _single_id(value: Any, name: str) -> int:
         if len(value) != 1:
             raise ValueError(f"{name}={value}: qkv has one {name}")
         value = value[0]
-    if not isinstance(value, int):
+    if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"the Marian config has no usable {name} (got {value!r})")
     return value
 
 
+def _dims(shape: Tensor | torch.Size) -> str:
+    """"120 x 32": the sizes of a tensor or shape."""
+    return " x ".join(map(str, shape.shape if isinstance(shape, Tensor) else shape))
+
+
 def _settings(hf_config: Any) -> dict[str, Any]:
-    """A MarianConfig or the dict of a config.json -> every setting, defaults filled in."""
-    c = hf_config.to_dict() if hasattr(hf_config, "to_dict") else dict(hf_config)
-    if c.get("model_type", "marian") != "marian":
+    """A MarianConfig or the dict of a config.json -> every setting, defaults filled in; a
+    ValueError names a setting of the wrong type."""
+    if hasattr(hf_config, "to_dict"):
+        hf_config = hf_config.to_dict()
+    if not isinstance(hf_config, dict):
+        raise ValueError(f"expected a JSON object of settings, got {type(hf_config).__name__}")
+    c = {**DEFAULTS, **hf_config}
+    for key, kinds in SETTING_TYPES.items():
+        value = c.get(key)
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            raise ValueError(f'"{key}" must be {names}, got {value!r}')
+    if c["model_type"] != "marian":
         raise ValueError(f"model_type={c['model_type']!r}: not a Marian model")
-    c = {**DEFAULTS, **c}
     c["decoder_vocab_size"] = c["decoder_vocab_size"] or c["vocab_size"]
     return c
+
+
+def _check_sizes(c: dict[str, Any], state: dict[str, Tensor]) -> None:
+    """A ValueError naming the setting of `c` (see `_settings`) that the weights contradict: the
+    sizes of the embeddings and of the first feed-forward layers, and the number of layers."""
+
+    def check(key: str, value: int, where: str) -> None:
+        if c[key] != value:
+            raise ValueError(f'"{key}" is {c[key]}, but the weights have {value} ({where})')
+
+    def check_axis(key: str, name: str, axis: int) -> None:
+        if name in state and state[name].dim() == 2:
+            check(key, state[name].shape[axis], f"{name} is {_dims(state[name])}")
+
+    shared = "model.shared.weight"
+    shared = shared if shared in state else "model.encoder.embed_tokens.weight"
+    check_axis("vocab_size", shared, 0)
+    check_axis("d_model", shared, 1)
+    if not c["share_encoder_decoder_embeddings"]:
+        check_axis("decoder_vocab_size", "model.decoder.embed_tokens.weight", 0)
+    for stack in ("encoder", "decoder"):
+        check_axis(f"{stack}_ffn_dim", f"model.{stack}.layers.0.fc1.weight", 0)
+        prefix = f"model.{stack}.layers."
+        n = len({k[len(prefix) :].split(".")[0] for k in state if k.startswith(prefix)})
+        held = f"model.{stack}.layers.0 .. {n - 1}" if n else f"no model.{stack}.layers"
+        check(f"{stack}_layers", n, f"the checkpoint has {held}")
 
 
 def config_from_marian(hf_config: Any, unk_id: int | None = None) -> TransformerConfig:
@@ -177,12 +232,16 @@ class _Weights:
         self.state = state
         self.used: set[str] = set()
 
-    def get(self, *names: str) -> Tensor:
-        """The first of `names` the checkpoint holds (tied weights are stored under one name)."""
+    def get(self, *names: str, shape: torch.Size | None = None) -> Tensor:
+        """The first of `names` the checkpoint holds (tied weights are stored under one name);
+        a ValueError when its shape is not `shape`, the one the config gives."""
         for name in names:
-            if name in self.state:
-                self.used.add(name)
-                return self.state[name].float()
+            if name not in self.state:
+                continue
+            self.used.add(name)
+            if shape is not None and self.state[name].shape != shape:
+                raise ValueError(f"{name} is {_dims(self.state[name])}, not {_dims(shape)}")
+            return self.state[name].float()
         raise ValueError(f"the checkpoint lacks {names[0]}")
 
     def unused(self) -> list[str]:
@@ -192,28 +251,47 @@ class _Weights:
 def _copy_attention(dst: MultiHeadedAttention, w: _Weights, prefix: str, perm: Tensor) -> None:
     """q/k/v (D, D) each -> in_proj (3D, D), or q_proj + kv_proj for cross-attention, reading
     permuted features; out_proj writes permuted features."""
-    weights = [w.get(f"{prefix}.{p}_proj.weight") for p in "qkv"]
-    biases = [w.get(f"{prefix}.{p}_proj.bias") for p in "qkv"]
+    square, vector = dst.out_proj.weight.shape, dst.out_proj.bias.shape  # (D, D), (D,)
+    weights = [w.get(f"{prefix}.{p}_proj.weight", shape=square) for p in "qkv"]
+    biases = [w.get(f"{prefix}.{p}_proj.bias", shape=vector) for p in "qkv"]
     groups = [(dst.q_proj, 0, 1), (dst.kv_proj, 1, 3)] if dst.cross else [(dst.in_proj, 0, 3)]
     for linear, start, end in groups:
         linear.weight.copy_(torch.cat(weights[start:end])[:, perm])
         linear.bias.copy_(torch.cat(biases[start:end]))
-    dst.out_proj.weight.copy_(w.get(f"{prefix}.out_proj.weight")[perm])
-    dst.out_proj.bias.copy_(w.get(f"{prefix}.out_proj.bias")[perm])
+    dst.out_proj.weight.copy_(w.get(f"{prefix}.out_proj.weight", shape=square)[perm])
+    dst.out_proj.bias.copy_(w.get(f"{prefix}.out_proj.bias", shape=vector)[perm])
 
 
 def _copy_feed_forward(
     dst: PositionwiseFeedForward, w: _Weights, prefix: str, perm: Tensor
 ) -> None:
-    dst.w_1.weight.copy_(w.get(f"{prefix}.fc1.weight")[:, perm])
-    dst.w_1.bias.copy_(w.get(f"{prefix}.fc1.bias"))
-    dst.w_2.weight.copy_(w.get(f"{prefix}.fc2.weight")[perm])
-    dst.w_2.bias.copy_(w.get(f"{prefix}.fc2.bias")[perm])
+    w_1, w_2 = dst.w_1, dst.w_2
+    w_1.weight.copy_(w.get(f"{prefix}.fc1.weight", shape=w_1.weight.shape)[:, perm])
+    w_1.bias.copy_(w.get(f"{prefix}.fc1.bias", shape=w_1.bias.shape))
+    w_2.weight.copy_(w.get(f"{prefix}.fc2.weight", shape=w_2.weight.shape)[perm])
+    w_2.bias.copy_(w.get(f"{prefix}.fc2.bias", shape=w_2.bias.shape)[perm])
 
 
 def _copy_norm(dst: nn.Module, w: _Weights, prefix: str, perm: Tensor) -> None:
-    dst.weight.copy_(w.get(f"{prefix}.weight")[perm])
-    dst.bias.copy_(w.get(f"{prefix}.bias")[perm])
+    dst.weight.copy_(w.get(f"{prefix}.weight", shape=dst.weight.shape)[perm])
+    dst.bias.copy_(w.get(f"{prefix}.bias", shape=dst.bias.shape)[perm])
+
+
+def _copy_embeddings(model: Transformer, w: _Weights, perm: Tensor) -> None:
+    """The token embeddings (encoder, decoder) and the output projection's weight."""
+    cfg, encoder, shared = model.config, model.encoder.embedding.weight, "model.shared.weight"
+    encoder.copy_(w.get(shared, "model.encoder.embed_tokens.weight", shape=encoder.shape)[:, perm])
+    if cfg.share_embeddings:  # the same tensor, if stored
+        w.get("model.encoder.embed_tokens.weight", shared, shape=encoder.shape)
+        w.get("model.decoder.embed_tokens.weight", shared, shape=encoder.shape)
+    else:
+        decoder = model.decoder.embedding.weight
+        decoder.copy_(w.get("model.decoder.embed_tokens.weight", shape=decoder.shape)[:, perm])
+    if cfg.tie_output:
+        w.used.add("lm_head.weight")  # Marian ties it to the target embedding
+    else:
+        output = model.output_projection.weight
+        output.copy_(w.get("lm_head.weight", shape=output.shape)[:, perm])
 
 
 def _check_positions(w: _Weights, stack: str, cfg: TransformerConfig, perm: Tensor) -> None:
@@ -234,26 +312,24 @@ def from_marian_state_dict(
 ) -> Transformer:
     """A float32 qkv `Transformer` (eval mode) computing the logits of the Marian model with
     config `hf_config` (a MarianConfig or the dict of its config.json) and weights `state` (the
-    names of `MarianMTModel.state_dict()`). A ValueError names what qkv cannot represent."""
+    names of `MarianMTModel.state_dict()`). A ValueError names what qkv cannot represent, and
+    the setting (or the tensor) where config and weights disagree."""
     w = _Weights(state)
-    bias = w.get("final_logits_bias").flatten() if "final_logits_bias" in state else None
-    cfg = config_from_marian(hf_config, unk_id)
+    settings = _settings(hf_config)
+    _check_sizes(settings, state)
+    cfg = config_from_marian(settings, unk_id)
+    bias = None
+    if "final_logits_bias" in state:
+        bias = w.get("final_logits_bias").flatten()
+        if bias.numel() != cfg.target_vocab_size:
+            raise ValueError(
+                f"final_logits_bias has {bias.numel()} values for {cfg.target_vocab_size} tokens"
+            )
     if bias is not None and bool(bias.any()):
         cfg = cfg.replace(output_bias=True)
     perm = marian_permutation(cfg.d_model)
     model = Transformer(cfg).eval()
-    embedding = w.get("model.shared.weight", "model.encoder.embed_tokens.weight")
-    model.encoder.embedding.weight.copy_(embedding[:, perm])
-    if cfg.share_embeddings:
-        w.get("model.encoder.embed_tokens.weight", "model.shared.weight")  # the same, if stored
-        w.get("model.decoder.embed_tokens.weight", "model.shared.weight")
-    else:
-        decoder = w.get("model.decoder.embed_tokens.weight")
-        model.decoder.embedding.weight.copy_(decoder[:, perm])
-    if cfg.tie_output:
-        w.used.add("lm_head.weight")  # Marian ties it to the target embedding
-    else:
-        model.output_projection.weight.copy_(w.get("lm_head.weight")[:, perm])
+    _copy_embeddings(model, w, perm)
     if cfg.output_bias:
         model.output_projection.bias.copy_(bias)
     for stack in ("encoder", "decoder"):
@@ -309,7 +385,12 @@ def read_marian_weights(directory: str | Path) -> dict[str, Tensor]:
             return load_file(path)
         path = directory / "pytorch_model.bin"
         if path.is_file():
-            return torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(state, dict) or not all(
+                isinstance(k, str) and isinstance(v, Tensor) for k, v in state.items()
+            ):
+                raise ValueError(f"{path} does not hold a dict of named tensors")
+            return state
     except (SafetensorError, pickle.UnpicklingError, RuntimeError, EOFError, IndexError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"cannot read the tensors of {path}: {reason}") from None
@@ -343,6 +424,20 @@ def _tokenizer_settings(directory: Path) -> dict[str, Any]:
     return settings
 
 
+def _sentencepiece_model(path: Path) -> bytes:
+    """The bytes of a SentencePiece model file; a ValueError naming it when it is none."""
+    if not path.is_file():
+        raise ValueError(f"{path.parent} is not a Marian model directory: no {path.name}")
+    proto = path.read_bytes()
+    try:
+        if proto:  # SentencePiece loads no bytes as a model without pieces
+            spm.SentencePieceProcessor(model_proto=proto)
+            return proto
+    except RuntimeError:
+        pass
+    raise ValueError(f"{path} is not a SentencePiece model (it does not parse as one)")
+
+
 def marian_tokenizer(directory: str | Path, decoder_start_id: int) -> SubwordTokenizer:
     """A qkv tokenizer giving MarianTokenizer's ids: source.spm / target.spm over vocab.json (and
     target_vocab.json); bos is the piece of the decoder's start token."""
@@ -352,11 +447,7 @@ def marian_tokenizer(directory: str | Path, decoder_start_id: int) -> SubwordTok
     tgt_pieces = None
     if settings.get("separate_vocabs"):
         tgt_pieces = _vocabulary(directory / "target_vocab.json")
-    protos = []
-    for name in ("source.spm", "target.spm"):
-        if not (directory / name).is_file():
-            raise ValueError(f"{directory} is not a Marian model directory: no {name}")
-        protos.append((directory / name).read_bytes())
+    protos = [_sentencepiece_model(directory / name) for name in ("source.spm", "target.spm")]
     if not 0 <= decoder_start_id < len(tgt_pieces or src_pieces):
         raise ValueError(f"decoder_start_token_id={decoder_start_id} is outside the vocabulary")
     vocabulary = {
@@ -386,10 +477,18 @@ def convert_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
         raise ValueError(f"{src_dir} is not a directory")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ValueError(f"{out_dir} is not empty; choose a new directory for the model")
-    settings = _settings(_read_json(src_dir / "config.json"))
-    start = _single_id(settings["decoder_start_token_id"], "decoder_start_token_id")
+    config_path = src_dir / "config.json"
+    settings = _read_json(config_path)
+    weights = read_marian_weights(src_dir)
+    try:  # what config.json says, and whether the weights agree
+        settings = _settings(settings)
+        _check_sizes(settings, weights)
+        config_from_marian(settings)
+        start = _single_id(settings["decoder_start_token_id"], "decoder_start_token_id")
+    except ValueError as e:
+        raise ValueError(f"{config_path}: {e}") from None
     tokenizer = marian_tokenizer(src_dir, start)
-    model = from_marian_state_dict(settings, read_marian_weights(src_dir), tokenizer.unk_id)
+    model = from_marian_state_dict(settings, weights, tokenizer.unk_id)
     cfg = model.config
     checks = {
         "pad_token_id": (cfg.pad_id, tokenizer.pad_id),

@@ -137,7 +137,7 @@ def best_window(run_dir: str | Path, n: int) -> Window:
 
 
 def average_run(
-    run_dir: str | Path, last: int, out_dir: str | Path | None = None
+    run_dir: str | Path, last: int, out_dir: str | Path | None = None, overwrite: bool = False
 ) -> tuple[Path, list[Path]]:
     """Average the last `last` (>= 1) step checkpoints of a training run into a model directory
     (`average_into`). Returns the directory and the checkpoints averaged."""
@@ -148,19 +148,31 @@ def average_run(
         raise ValueError(
             f"{run_dir} has {len(paths)} checkpoint(s), fewer than the {last} asked for"
         )
-    return average_into(run_dir, paths, out_dir), paths
+    return average_into(run_dir, paths, out_dir, overwrite), paths
 
 
-def average_into(run_dir: str | Path, paths: list[Path], out_dir: str | Path | None = None) -> Path:
+def average_into(
+    run_dir: str | Path,
+    paths: list[Path],
+    out_dir: str | Path | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Average the step checkpoints `paths` of the run in run_dir into a model directory.
 
     The result goes to out_dir (a copy of the run's config and tokenizer plus the averaged weights),
-    or replaces run_dir/model.safetensors when out_dir is None or is run_dir itself.
+    or replaces run_dir/model.safetensors when out_dir is None or is run_dir itself. Another
+    directory that is not empty is refused, unless `overwrite`.
     """
     run_dir = Path(run_dir)
     target = Path(out_dir) if out_dir is not None else run_dir
     if target.exists() and not target.is_dir():
         raise ValueError(f"--out {target} is a file, not a directory")
+    other = target.is_dir() and target.resolve() != run_dir.resolve()
+    if other and not overwrite and any(target.iterdir()):
+        raise ValueError(
+            f"--out {target} is not empty; qkv would replace its weights, config and tokenizer. "
+            "Choose a new directory, or give --overwrite"
+        )
     model = load_model_dir(run_dir)  # the architecture, and a check that the averaged names fit it
     averaged = average_checkpoints(paths)
     expected = model.state_dict()
@@ -184,3 +196,4 @@ def average_into(run_dir: str | Path, paths: list[Path], out_dir: str | Path | N
     copy_config_and_tokenizer(run_dir, target)
     save_weights(target / WEIGHTS_FILE, model)
     return target
+

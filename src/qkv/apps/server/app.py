@@ -43,6 +43,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ...data.tokenizer import check_unicode
 from ...decode.options import DecodeOptions
 from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
 from .batcher import Batcher, Job, QueueFull
@@ -249,6 +250,10 @@ def create_app(
         return model
 
     def check_size(texts: list[str]) -> None:
+        try:
+            check_unicode(texts)
+        except ValueError as e:
+            raise HTTPError(400, str(e)) from None
         if len(texts) > limits.max_sentences:
             raise HTTPError(
                 413,
@@ -529,7 +534,9 @@ async def _read_fields(request: Request, form: bool = True) -> dict[str, Any]:
         return {key: request.query_params[key] for key in request.query_params}
     try:
         fields = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except RecursionError:
+        raise HTTPError(400, "malformed JSON body: nested too deeply") from None
+    except ValueError as e:  # also UnicodeDecodeError, and an integer of over 4300 digits
         raise HTTPError(400, f"malformed JSON body: {e}") from None
     if not isinstance(fields, dict):
         raise HTTPError(400, f"the body must be a JSON object, got {type(fields).__name__}")
