@@ -17,6 +17,7 @@ from qkv.apps.cli import main
 from qkv.modeldir import CheckpointError, load_config, load_model_dir, load_weights, save_model_dir
 from qkv.train import Trainer, load_train_config
 from qkv.train.checkpoints import list_checkpoints
+from qkv.train.trainer import TrainingError
 
 TINY: dict[str, Any] = {
     "corpus": "synthetic", "synthetic_train": 400, "synthetic_valid": 20, "synthetic_max_value": 9999,
@@ -59,7 +60,9 @@ def one_error_line(err: str, command: str = "train") -> str:
 # --- 1: divergence ------------------------------------------------------------------------------
 def test_a_diverging_run_stops_with_the_step_and_the_likely_cause(tmp_path: Path, config: Path, capsys) -> None:
     out = tmp_path / "run"
-    code, err = qkv(capsys, "train", config, "--out", out, "--lr", "1e6", "--max_steps", "30")
+    # no log row or validation before the loss turns NaN (either would stop the run first)
+    code, err = qkv(capsys, "train", config, "--out", out, "--lr", "1e6", "--max_steps", "30",
+                    "--log_every", "1000", "--valid_every", "1000")
     assert code == 2
     line = one_error_line(err)
     assert "diverged at step" in line and "learning rate is likely too high" in line
@@ -67,6 +70,32 @@ def test_a_diverging_run_stops_with_the_step_and_the_likely_cause(tmp_path: Path
     config_json = out / "config.json"
     if config_json.exists():  # a model directory written before the divergence holds no NaN
         assert math.isfinite(json.loads(config_json.read_text())["best_metric"])
+
+
+@pytest.mark.parametrize("which", ["validation", "training"])
+def test_a_loss_that_explodes_but_stays_finite_stops_the_run(tmp_path: Path, capsys, which: str) -> None:
+    """--lr 1e6 on the synthetic corpus: losses of ~1e7 to 1e8, never NaN. The run stops at the
+    first validation (or log row) with the divergence message, exit 2, no best model saved."""
+    every = ["--valid_every", "5", "--log_every", "100"]
+    if which == "training":
+        every = ["--valid_every", "100", "--log_every", "5"]
+    out = tmp_path / "run"
+    code, err = qkv(capsys, "train", "--corpus", "synthetic", "--preset", "tiny", "--lr", "1e6",
+                    "--max_steps", "10", "--threads", "1", "--out", out, *every)
+    line = one_error_line(err)
+    assert code == 2 and f"diverged at step 5: the {which} loss is" in line
+    assert "times an untrained model's" in line and "learning rate is likely too high" in line
+    assert not (out / "model.safetensors").exists()
+
+
+def test_a_loss_of_an_untrained_model_is_no_divergence(tmp_path: Path) -> None:
+    trainer = Trainer(tiny_recipe(), tmp_path)
+    untrained = math.log(trainer.task.classes)
+    trainer._check_loss("validation", 3 * untrained)  # a poor model, not a diverged one
+    with pytest.raises(TrainingError, match="31 times an untrained"):
+        trainer._check_loss("validation", 31 * untrained)
+    with pytest.raises(TrainingError, match="the training loss is inf"):
+        trainer._check_loss("training", math.inf)
 
 
 def test_a_nan_metric_is_never_the_best(tmp_path: Path) -> None:

@@ -140,6 +140,12 @@ class Task:
     def loss_module(self, model: Any) -> nn.Module:
         raise NotImplementedError
 
+    @property
+    def classes(self) -> int:
+        """How many values each prediction chooses among (tokens or labels): an untrained model's
+        loss per prediction is about ln(classes)."""
+        return self.tokenizer.src_vocab_size
+
     def extra_metrics(
         self, model: nn.Module, batches: list[list[int]], device: torch.device
     ) -> dict[str, float]:
@@ -204,6 +210,10 @@ class TranslationTask(Task):
 
     def loss_module(self, model: Any) -> nn.Module:
         return TranslationLoss(model, self.cfg.label_smoothing, self.cfg.loss_chunk_tokens)
+
+    @property
+    def classes(self) -> int:
+        return self.tokenizer.tgt_vocab_size
 
     def extra_metrics(
         self, model: nn.Module, batches: list[list[int]], device: torch.device
@@ -511,6 +521,10 @@ class ClassificationTask(_TextTask):
 
     def loss_module(self, model: Any) -> nn.Module:
         return ClassificationLoss(model, self.cfg.label_smoothing)
+
+    @property
+    def classes(self) -> int:
+        return len(self.data.labels)
 
     @torch.no_grad()
     def extra_metrics(

@@ -64,6 +64,8 @@ from .schedule import lr_multiplier, paper_peak_lr
 from .tasks import Task, make_task
 
 log = logging.getLogger("qkv.train")
+# a loss this many times an untrained model's (ln of the classes predicted among) has diverged
+DIVERGED_LOSS = 10.0
 
 # what qkv writes into OUT (besides the model directory's files): never through a symbolic link
 RUN_FILES = (*MODEL_DIR_FILES, "train_config.yaml", "log.csv", "checkpoints", "tensorboard")
@@ -430,13 +432,26 @@ class Trainer:
         except OSError as e:
             raise self._write_failed("the model directory", e) from e
 
-    def _diverged(self, what: str) -> TrainingError:
+    def _diverged(self, what: str, step: int | None = None) -> TrainingError:
+        """The error of a diverged run, at `step` (default: the update being made)."""
         lr = self.scheduler.get_last_lr()[0]
         done = list_checkpoints(self.out)
         last = f"; the last checkpoint is {done[-1]}" if done else ""
+        step = self.step + 1 if step is None else step
         return TrainingError(
-            f"training diverged at step {self.step + 1}: {what}. The learning rate is likely too "
+            f"training diverged at step {step}: {what}. The learning rate is likely too "
             f"high (lr {lr:.3g} at this step): lower --lr, or set --clip_norm{last}"
+        )
+
+    def _check_loss(self, which: str, loss: float) -> None:
+        """Stop a run whose loss (per prediction) is not finite, or is DIVERGED_LOSS times an
+        untrained model's, ln(classes): it has diverged even if its numbers stay finite."""
+        untrained = math.log(max(self.task.classes, 2))
+        if math.isfinite(loss) and loss <= DIVERGED_LOSS * untrained:
+            return
+        times = f", {loss / untrained:.3g} times an untrained model's"
+        raise self._diverged(
+            f"the {which} loss is {loss:.4g}{times if math.isfinite(loss) else ''}", self.step
         )
 
     # --- one update ----------------------------------------------------------------------------
@@ -549,9 +564,8 @@ class Trainer:
         p = self.progress
         if self.task.has_validation():
             metrics = self.validate() if self.env.is_main else {}
-            if self.env.is_main and not math.isfinite(metrics["valid_loss"]):
-                self.progress.step -= 1  # _diverged names the step after the current one
-                raise self._diverged(f"the validation loss is {metrics['valid_loss']}")
+            if self.env.is_main:
+                self._check_loss("validation", metrics["valid_loss"])
             row.update(metrics)
             if self.env.is_main:
                 improved = self._improved(metrics)
@@ -662,6 +676,7 @@ class Trainer:
                 row: dict[str, Any] = {}
                 if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                     row = self._train_row(window)
+                    self._check_loss("training", row["train_loss"])
                     bar.set_postfix(
                         loss=f"{row['train_loss']:.3f}",
                         lr=f"{row['lr']:.2e}",
