@@ -201,6 +201,47 @@ def test_resume_refuses_a_changed_recipe_and_applies_safe_changes(tmp_path: Path
     assert list_checkpoints(out)[-1].name == "step_00000006"
 
 
+def test_resume_refuses_data_that_changed_under_the_same_path(tmp_path: Path, capsys) -> None:
+    """300 pairs, then 200 under the same file names: --resume names the files that changed, and
+    goes on with them only when told (--allow-data-change)."""
+    def write(n: int) -> None:
+        (tmp_path / "train.src").write_text("".join(f"{i} {i + 1}\n" for i in range(n)))
+        (tmp_path / "train.tgt").write_text("".join(f"n{i} n{i + 1}\n" for i in range(n)))
+
+    recipe = {k: v for k, v in TINY.items() if not k.startswith(("corpus", "synthetic"))}
+    recipe.update(train_src=str(tmp_path / "train.src"), train_tgt=str(tmp_path / "train.tgt"),
+                  valid_every=100, max_steps=3)
+    config = tmp_path / "files.yaml"
+    config.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    out = tmp_path / "run"
+    write(300)
+    assert qkv(capsys, "train", config, "--out", out)[0] == 0
+    write(200)
+    code, err = qkv(capsys, "train", config, "--out", out, "--resume", "--max_steps", "5")
+    line = one_error_line(err)
+    assert code == 2 and "the data differs from the run's" in line
+    assert f"train_src ({tmp_path / 'train.src'})" in line and "train_tgt" in line
+    assert "--allow-data-change" in line
+    code, err = qkv(capsys, "train", config, "--out", out, "--resume", "--max_steps", "5",
+                    "--allow-data-change")
+    assert code == 0, err
+    assert list_checkpoints(out)[-1].name == "step_00000005"
+
+
+def test_resume_with_a_key_missing_from_the_trainer_state_is_one_line(
+    tmp_path: Path, config: Path, capsys
+) -> None:
+    out = tmp_path / "run"
+    assert qkv(capsys, "train", config, "--out", out, "--max_steps", "3")[0] == 0
+    state_file = list_checkpoints(out)[-1] / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    del state["sampler"]
+    state_file.write_text(json.dumps(state))
+    code, err = qkv(capsys, "train", config, "--out", out, "--resume")
+    line = one_error_line(err)
+    assert code == 2 and "lacks 'sampler'" in line and str(state_file) in line
+
+
 # --- 5: average ---------------------------------------------------------------------------------
 @pytest.fixture
 def run(tmp_path: Path, config: Path, capsys) -> Path:

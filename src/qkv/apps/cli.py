@@ -65,7 +65,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         restart_with_tcmalloc()  # flat memory on the CPU where tcmalloc is installed
     configure_process(**cfg.process_settings())  # threads, seed, allocator: before anything runs
     try:
-        result = Trainer(cfg, args.out, resume=args.resume, overwrite=args.overwrite).train()
+        trainer = Trainer(
+            cfg,
+            args.out,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            allow_data_change=args.allow_data_change,
+        )
+        result = trainer.train()
     except KeyboardInterrupt:
         _report_interrupt(args)
         return 130
@@ -795,6 +802,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write into --out even if it is a non-empty directory that holds no training run",
     )
+    p.add_argument(
+        "--allow-data-change",
+        action="store_true",
+        help="--resume even if the training or validation data differs from the run's",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -996,7 +1008,7 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     own, overrides, i = argv[:1], [], 1
     while i < len(argv):
         token = argv[i]
-        own_flags = ("--out", "--resume", "--overwrite", "-h", "--help")
+        own_flags = ("--out", "--resume", "--overwrite", "--allow-data-change", "-h", "--help")
         if token in own_flags or token.startswith("--out="):
             takes_value = token == "--out"
             own += argv[i : i + 1 + takes_value]

@@ -22,6 +22,7 @@ the batch's `key` (its epoch, position and rank), so a resumed run draws the sam
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Sequence
@@ -140,6 +141,11 @@ class Task:
     def loss_module(self, model: Any) -> nn.Module:
         raise NotImplementedError
 
+    def data_fingerprints(self) -> dict[str, str]:
+        """A fingerprint of each part of the encoded data, by the recipe key that names it
+        (train_src, valid_text, ...): a resumed run compares them with its checkpoint's."""
+        raise NotImplementedError
+
     @property
     def classes(self) -> int:
         """How many values each prediction chooses among (tokens or labels): an untrained model's
@@ -155,6 +161,17 @@ class Task:
     def metadata(self) -> dict[str, Any]:
         """Keys for the model directory's config.json."""
         return {"task": self.cfg.task}
+
+
+def fingerprint(*parts: Sequence[Sequence[int]]) -> str:
+    """A short sha256 of lists of id sequences (their lengths and ids): what identifies data."""
+    h = hashlib.sha256()
+    for sequences in parts:
+        lengths = np.array([len(x) for x in sequences], dtype=np.int64)
+        flat = [i for x in sequences for i in x]
+        h.update(lengths.tobytes())
+        h.update(np.array(flat, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
 
 
 class TranslationTask(Task):
@@ -175,6 +192,15 @@ class TranslationTask(Task):
 
     def has_validation(self) -> bool:
         return self.data.valid is not None and bool(self.data.valid_src)
+
+    def data_fingerprints(self) -> dict[str, str]:
+        d = self.data
+        return {
+            "train_src": fingerprint(d.train_src),
+            "train_tgt": fingerprint(d.train_tgt),
+            "valid_src": fingerprint(d.valid_src),
+            "valid_tgt": fingerprint(d.valid_tgt),
+        }
 
     def epoch_examples(self, sampler: TokenBatchSampler) -> tuple[list[list[int]], ...]:
         """The training pairs' ids for the sampler's epoch: fixed, or re-segmented per epoch
@@ -307,6 +333,13 @@ class _TextTask(Task):
     def valid_lengths(self) -> tuple[list[int], list[int]]:
         lengths = [len(x) for x in self.data.valid]
         return lengths, lengths
+
+    def data_fingerprints(self) -> dict[str, str]:
+        d = self.data
+        return {
+            "train_text": fingerprint(d.train, [d.train_labels]),
+            "valid_text": fingerprint(d.valid, [d.valid_labels]),
+        }
 
     def sequences(self, examples: list[list[int]], indices: list[int]) -> Tensor:
         """(B, T + 2): [bos] + ids + [eos] of examples[indices], right-padded."""

@@ -49,6 +49,7 @@ from ..runtime.process import RELEASE_EVERY, release_freed_memory
 from ..runtime.training import prepare_for_training
 from .average import best_steps
 from .checkpoints import (
+    STATE_FILE,
     RngStates,
     check_checkpoint,
     list_checkpoints,
@@ -64,6 +65,8 @@ from .schedule import lr_multiplier, paper_peak_lr
 from .tasks import Task, make_task
 
 log = logging.getLogger("qkv.train")
+# what a checkpoint's trainer state holds besides the run's progress (`Progress`)
+STATE_KEYS = ("sampler", "scheduler", "optimizer")
 # a loss this many times an untrained model's (ln of the classes predicted among) has diverged
 DIVERGED_LOSS = 10.0
 
@@ -150,10 +153,17 @@ class Trainer:
     """
 
     def __init__(
-        self, cfg: TrainConfig, out_dir: str | Path, resume: bool = False, overwrite: bool = False
+        self,
+        cfg: TrainConfig,
+        out_dir: str | Path,
+        resume: bool = False,
+        overwrite: bool = False,
+        allow_data_change: bool = False,
     ) -> None:
+        """allow_data_change: resume even if the data differs from the run's (else refused)."""
         self.cfg = cfg
         self.out = Path(out_dir)
+        self.allow_data_change = allow_data_change
         self.env, self.device = init_distributed(cfg.device)
         self._check_output(resume, overwrite)
         # a run that fails before its first checkpoint removes the directory it created
@@ -173,6 +183,7 @@ class Trainer:
             tokenizer_dir = resume_from
         self.task: Task = make_task(cfg)
         self._prepare_data(train_tokenizer=resume_from is None, tokenizer_dir=tokenizer_dir)
+        self.data_fingerprints = self.task.data_fingerprints()
         self.sampler = self._train_sampler()
         self.valid_batches = self._valid_batches()
         # model and optimization
@@ -253,6 +264,7 @@ class Trainer:
         for path in reversed(checkpoints):
             try:
                 state = check_checkpoint(path)
+                _check_state_keys(state, path)
             except CheckpointError as e:
                 problems.append(str(e))
                 log.warning("--resume: %s is unreadable (%s); trying the previous one", path, e)
@@ -295,6 +307,30 @@ class Trainer:
                 f"Only {', '.join(RESUME_SAFE_KEYS)} may change on resume; give the run's values "
                 "or start a new run in another --out"
             )
+
+    def _check_resume_data(self, recorded: dict[str, str] | None, path: Path) -> None:
+        """Refuse to resume on data other than the run's (unless allow_data_change): the batches
+        of the rest of the epoch would be other batches, and the run no longer one run."""
+        if recorded is None or recorded == self.data_fingerprints:
+            return
+        changed = [k for k, v in self.data_fingerprints.items() if recorded.get(k) != v]
+        where = [f"{k} ({self._data_source(k)})" for k in changed]
+        message = (
+            f"--resume: the data differs from the run's ({path}): {', '.join(where)} now "
+            "holds other text"
+        )
+        if not self.allow_data_change:
+            raise ValueError(
+                f"{message}. Restore the run's data, start a new run in another --out, or give "
+                "--allow-data-change to go on with this data"
+            )
+        log.warning("%s; going on with it (--allow-data-change)", message)
+
+    def _data_source(self, key: str) -> str:
+        """What the recipe reads for the data `key` (train_src, valid_text, ...)."""
+        cfg = self.cfg
+        given = getattr(cfg, key, None) or getattr(cfg, key.split("_")[0] + "_tsv", None)
+        return str(given) if given else f"corpus {cfg.corpus}"
 
     def _prepare_data(self, train_tokenizer: bool, tokenizer_dir: Path | None = None) -> None:
         """Rank 0 prepares the data (training the tokenizer of a fresh run into OUT); the other
@@ -362,6 +398,7 @@ class Trainer:
             "sampler": self.sampler.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "config": self.cfg.to_dict(),  # the recipe in effect (resume compares against it)
+            "data": self.data_fingerprints,  # and the data
         }
 
     def _restore(self, path: Path) -> None:
@@ -369,6 +406,7 @@ class Trainer:
         state, self.rng = load_checkpoint(
             path, self.model, self.optimizer, self.env.rank, self.device
         )
+        self._check_resume_data(state.get("data"), path)
         self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         self.progress = Progress.from_state(state, path)
@@ -709,3 +747,11 @@ class Trainer:
             "train_ppl": math.exp(min(window.nll / per_token, 50.0)),
             "tokens_per_s": tokens / max(elapsed, 1e-9),
         }
+
+
+def _check_state_keys(state: dict[str, Any], path: Path) -> None:
+    """A CheckpointError naming the keys a checkpoint's trainer state lacks."""
+    required = [f.name for f in fields(Progress) if f.name not in Progress.OPTIONAL]
+    missing = [k for k in (*STATE_KEYS, *required) if k not in state]
+    if missing:
+        raise CheckpointError(f"{path / STATE_FILE} lacks {', '.join(map(repr, missing))}")
