@@ -9,17 +9,22 @@ load.
     spm.src.model, spm.tgt.model   one model per side
 
 This module owns these names and the way files are written: every file goes through `atomic_write`
-(a temporary file in the same directory, fsync, then rename), so a crash leaves either the old file
-or the new one, never half of one. Training checkpoints (`qkv.train.checkpoints`) and the tokenizer
-use the same names and writers. Loading reads JSON and safetensors only: no pickle, so a model
-directory cannot execute code.
+(a temporary file `.NAME.<pid>.tmp` in the same directory, fsync, then rename), so a crash leaves
+either the old file or the new one, never half of one. A write that fails (a full disk) removes its
+temporary file and raises an OSError naming the file; the temporaries a killed process leaves are
+removed by later writes (`remove_orphan_temporaries`). Training checkpoints
+(`qkv.train.checkpoints`) and the tokenizer use the same names and writers. Loading reads JSON and
+safetensors only: no pickle, so a model directory cannot execute code.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,20 +83,102 @@ def refuse_symlinks(directory: PathLike, names: tuple[str, ...] = MODEL_DIR_FILE
 
 
 # --- atomic writes -------------------------------------------------------------------------------
+TEMPORARY_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]{1,10})\.tmp")  # `.NAME.<pid>.tmp`
+# the code of the operating system's error in a SafetensorError's message (new and old wordings)
+_SAFETENSORS_OS_ERROR = re.compile(r"os error (\d+)|Os \{ code: (\d+)")
+
+
+def temporary_path(path: Path) -> Path:
+    """Where this process writes `path` before renaming it: `.NAME.<pid>.tmp` beside it."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
 def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
     """Call write(tmp) on a temporary path beside `path`, then replace `path` with it in one
-    step. A `path` that is a symbolic link is refused (UnsafeOutputError)."""
+    step. A `path` that is a symbolic link is refused (UnsafeOutputError).
+
+    A failed write (e.g. a full disk, which safetensors reports as a SafetensorError) removes the
+    temporary file, leaves `path` as it was, and raises an OSError naming `path`. Temporaries of
+    `path` that ended processes left are removed first.
+    """
     path = Path(path)
     if path.is_symlink():
         raise UnsafeOutputError(f"{path} is a symbolic link; qkv does not write through links")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    remove_orphan_temporaries(path.parent, (path.name,))
+    tmp = temporary_path(path)
     try:
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except (OSError, SafetensorError) as e:
+        error = _write_error(e, path, tmp)
+        if error is None:
+            raise
+        raise error from e
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _write_error(e: Exception, path: Path, tmp: Path) -> OSError | None:
+    """The OSError that names `path` for an error of writing it through `tmp`, or None to raise
+    `e` as it is (an OSError about another file, or a SafetensorError that is not the system's)."""
+    if isinstance(e, OSError):
+        # shutil.copyfile names the file it copies from first, the one it copies to second
+        about_tmp = e.filename is None or str(tmp) in (str(e.filename), str(e.filename2))
+        if e.errno is None or not about_tmp:
+            return None
+        return OSError(e.errno, e.strerror or os.strerror(e.errno), str(path))
+    match = _SAFETENSORS_OS_ERROR.search(str(e))
+    if match is None:
+        return None
+    code = int(match[1] or match[2])
+    return OSError(code, os.strerror(code), str(path))
+
+
+def _process_ended(pid: int) -> bool:
+    """Whether process `pid`, which a temporary file is named after, has ended. This process counts
+    as ended: its writes remove their temporaries before they return, so one named after it was
+    left by an earlier process with the same id."""
+    if pid == os.getpid():
+        return True
+    if os.name != "posix":  # os.kill would end the process there: take it as running
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):  # PermissionError: another user's process, running
+        return False
+    return False
+
+
+def remove_orphan_temporaries(
+    directory: PathLike, names: tuple[str, ...] = MODEL_DIR_FILES
+) -> list[Path]:
+    """Delete the temporary files (`.NAME.<pid>.tmp`) that processes killed while writing the files
+    `names` of `directory` left there; returns what was removed.
+
+    Only regular files of that pattern whose process has ended are removed: a user's other files,
+    links, and the temporaries of a process still writing stay.
+    """
+    directory = Path(directory)
+    removed: list[Path] = []
+    if not directory.is_dir():
+        return removed
+    for name in dict.fromkeys(names):
+        for p in directory.glob(f".{glob.escape(name)}.*.tmp"):
+            match = TEMPORARY_NAME.fullmatch(p.name)
+            if match is None or match["name"] != name or not _process_ended(int(match["pid"])):
+                continue
+            try:
+                if not stat.S_ISREG(p.lstat().st_mode):
+                    continue
+                p.unlink()
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            removed.append(p)
+    return removed
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
@@ -119,9 +206,11 @@ def read_json(path: PathLike) -> Any:
 
 def copy_config_and_tokenizer(source: PathLike, target: PathLike) -> None:
     """Copy config.json and the tokenizer files of model directory `source` into `target`
-    (nothing when they are the same directory)."""
+    (nothing when they are the same directory), removing the temporaries killed writes of the
+    model directory's files left in `target`."""
     source, target = Path(source), Path(target)
     target.mkdir(parents=True, exist_ok=True)
+    remove_orphan_temporaries(target)
     if source.resolve() == target.resolve():
         return
     for name in (CONFIG_FILE, *TOKENIZER_FILES):
@@ -206,9 +295,11 @@ def save_model_dir(
 
     tokenizer: anything with a `save(directory)` method (SubwordTokenizer writes TOKENIZER_FILES).
     metadata: extra keys for config.json (e.g. the training step).
+    The temporaries that killed writes of these files left in `directory` are removed.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    remove_orphan_temporaries(directory)
     save_weights(directory / WEIGHTS_FILE, model)
     if tokenizer is not None:
         tokenizer.save(directory)

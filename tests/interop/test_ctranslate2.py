@@ -7,6 +7,9 @@ greedy `translate_batch` equals qkv's `greedy`, token for token. Refused variant
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import io
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +21,12 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 
 from qkv import Transformer, TransformerConfig  # noqa: E402
 from qkv.apps.cli import main  # noqa: E402
+from qkv.apps.demo import DemoResult  # noqa: E402
+from qkv.apps.translator import Translator  # noqa: E402
 from qkv.data.batching import pad_sequences  # noqa: E402
 from qkv.data.tokenizer import SubwordTokenizer  # noqa: E402
 from qkv.decode import greedy  # noqa: E402
+from qkv.decode.options import DecodeOptions  # noqa: E402
 from qkv.interop.ctranslate2 import check_exportable, never_generated  # noqa: E402
 from qkv.model import DecoderOnly  # noqa: E402
 from qkv.modeldir import load_model_dir, save_model_dir  # noqa: E402
@@ -110,6 +116,34 @@ def test_ctranslate2_scores_and_greedy_output_equal_qkv(variant: str, tokenizers
     check_equal_to_qkv(model, tokenizer, out)
     readme = (out / "README.md").read_text()
     assert "translate_batch" in readme and (out / "source.spm").is_file() and (out / "target.spm").is_file()
+
+
+def readme_translations(out: Path, texts: list[str]) -> list[str]:
+    """What the Python lines of the README that `qkv export ctranslate2` wrote print for `texts`."""
+    code = (out / "README.md").read_text().split("```python\n")[1].split("```")[0]
+    assert 'texts = ["Hello world."]' in code
+    code = code.replace('texts = ["Hello world."]', f"texts = {texts!r}")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(code, {})
+    return ast.literal_eval(printed.getvalue())
+
+
+def test_the_readme_recipe_translates_held_out_numbers_as_qkv_translate(
+    short_demo: DemoResult, tmp_path: Path
+) -> None:
+    """Beam search as `qkv translate` does it by default (beam 4, GNMT's length penalty, alpha
+    0.6): the README's lines give the same translations of the 200 held-out numbers. CTranslate2's
+    own length_penalty (log P / L ** penalty), and its stop at beam_size finished hypotheses that
+    comes with it, gave other (and wrong) translations of 3 of them, and of 3 of the 100 1- and
+    2-digit numbers."""
+    out = tmp_path / "ct2"
+    assert main(["export", "ctranslate2", str(short_demo.out_dir), "--out", str(out)]) == 0
+    held_out = [src for src, _, _ in short_demo.examples if len(src.replace(" ", "")) >= 3]
+    assert len(held_out) == 200
+    ours = Translator.load(short_demo.out_dir).translate(held_out, DecodeOptions())
+    assert DecodeOptions().beam == 4
+    assert readme_translations(out, held_out) == ours
 
 
 def test_an_imported_opus_mt_model_exports_too(marian_dir: Path, tmp_path: Path) -> None:

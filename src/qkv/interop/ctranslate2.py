@@ -33,6 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data.tokenizer import SubwordTokenizer
+from ..decode.options import DecodeOptions
 from ..model import Transformer
 from ..model.attention import MultiHeadedAttention
 from ..model.layers import PositionwiseFeedForward
@@ -188,7 +189,8 @@ def never_generated(model: Transformer, tokenizer: SubwordTokenizer) -> list[lis
 
 README = """# {name}: a qkv model for CTranslate2
 
-Exported by `qkv export ctranslate2` ({quantization} weights). Translate with:
+Exported by `qkv export ctranslate2` ({quantization} weights). Translate as `qkv translate` does
+(beam search, GNMT's length penalty) with:
 
 ```python
 import ctranslate2
@@ -199,12 +201,49 @@ target = spm.SentencePieceProcessor(model_file="{out}/target.spm")
 translator = ctranslate2.Translator("{out}", device="cpu")
 texts = ["{example}"]
 pieces = [source.encode({lower}, out_type=str) for text in texts]
-results = translator.translate_batch(pieces, beam_size=4, suppress_sequences={suppress})
-print([target.decode(r.hypotheses[0]) for r in results])
+beam, alpha = {beam}, {alpha}  # qkv translate --beam {beam} --alpha {alpha}
+results = translator.translate_batch(
+    pieces, beam_size=beam, length_penalty=0, patience=2, num_hypotheses=2 * beam,
+    return_scores=True, min_decoding_length=0, max_decoding_length={max_length},
+    suppress_sequences={suppress},
+)
+
+
+def qkv_score(tokens, logprob):  # GNMT: log P / ((5 + L) / 6) ** alpha, L counting the end token
+    return logprob / ((5 + len(tokens) + 1) / 6) ** alpha
+
+
+best = [max(zip(r.hypotheses, r.scores), key=lambda h: qkv_score(*h))[0] for r in results]
+print([target.decode(tokens) for tokens in best])
 ```
 
 The source's end token is added by CTranslate2. `suppress_sequences` keeps CTranslate2 from writing
-the tokens qkv never writes. Sentences have at most {positions} tokens.{language}
+the tokens qkv never writes. `min_decoding_length=0` allows an empty translation, as qkv does.
+Sentences have at most {positions} tokens.{language}
+
+## Why the length penalty is applied outside CTranslate2
+
+qkv ranks finished hypotheses by log P / ((5 + L) / 6) ** alpha. CTranslate2's `length_penalty`
+divides by L ** length_penalty (L also counting the end token), a different function of L that no
+setting turns into GNMT's. Its default, 1, ranks by log P per token, and with a penalty CTranslate2
+stops once `beam_size * patience` hypotheses have ended, before the longer ones qkv goes on to find:
+translations then differ from qkv's, and are often wrong. So the lines above take CTranslate2's
+unpenalised log-probs (`length_penalty=0`) of 2 * beam finished hypotheses (`num_hypotheses`, which
+`patience=2` allows; without a penalty CTranslate2 goes on until one step's best candidate has ended
+and that many have) and pick the best by qkv's score. The search itself is the same: each step keeps
+2 * beam candidates, ends the hypotheses whose end token ranks among the first beam, and extends the
+beam most probable others. What can still differ:
+
+* Stopping: qkv stops once beam hypotheses have ended and its best unfinished one, scored at its
+  current length, no longer beats the beam-th best; CTranslate2 stops as said above and returns its
+  2 * beam most probable finished hypotheses. A hypothesis only one of them reaches can change the
+  pick.
+* Suppressed tokens: CTranslate2 removes them before the softmax (the other tokens' probabilities
+  are renormalised), qkv after: each step's log-prob is qkv's - log(1 - P(pad) - P(bos)), the same
+  once a model has learned never to write them; for an untrained model it can break near-ties.
+* Length limits: `qkv translate` ends a translation at its source's token count + 50 tokens
+  (`--max-len-a 1 --max-len-b 50`) with an end token; CTranslate2 at `max_decoding_length` tokens,
+  without one.
 """
 
 LANGUAGE_NOTE = """
@@ -213,19 +252,25 @@ This model reads a target-language token first (e.g. {code}): put it before the 
 `pieces = [["{code}", *source.encode(text, out_type=str)] for text in texts]`.
 """
 
+CT2_MAX_DECODING_LENGTH = 256  # translate_batch's default
+
 
 def _readme(out: Path, tokenizer: SubwordTokenizer, model: Transformer, quantization: str) -> str:
     codes = [p for p in tokenizer.src_vocabulary() if p.startswith(">>") and p.endswith("<<")]
     cfg = model.config
-    positions = cfg.max_positions if cfg.positional in ("sinusoidal", "learned", "none") else "any"
+    table = cfg.positional in ("sinusoidal", "learned", "none")  # positions beyond it: none
+    defaults = DecodeOptions()
     return README.format(
         name=out.name,
         out=out,
         quantization=quantization,
         example="Hello world.",
         lower="text.lower()" if tokenizer.lowercase else "text",
+        beam=defaults.beam,
+        alpha=defaults.alpha,
+        max_length=cfg.max_positions if table else CT2_MAX_DECODING_LENGTH,
         suppress=never_generated(model, tokenizer),
-        positions=positions,
+        positions=cfg.max_positions if table else "any",
         language=LANGUAGE_NOTE.format(code=codes[0]) if codes else "",
     )
 

@@ -9,9 +9,9 @@
 
 A checkpoint directory is written under a temporary name and renamed when complete, so a run killed
 mid-write leaves no half checkpoint (and a failed write, e.g. a full disk, removes its temporary
-directory); resume takes the newest readable one and removes the temporary directories of killed
-runs. The files inside are
-written with the model directory's atomic writers (`qkv.modeldir`).
+directory and raises an OSError); resume takes the newest readable one and removes the temporary
+directories and files of killed runs (`remove_orphans`). The files inside are written with the
+model directory's atomic writers (`qkv.modeldir`).
 """
 
 from __future__ import annotations
@@ -29,17 +29,21 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..modeldir import (
+    MODEL_DIR_FILES,
     WEIGHTS_FILE,
     CheckpointError,
     atomic_write,
     atomic_write_json,
     load_weights,
     read_json,
+    remove_orphan_temporaries,
     save_weights,
 )
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
+# the files of a run directory that qkv writes atomically: the model directory's and the run's own
+RUN_DIR_FILES = (*MODEL_DIR_FILES, "train_config.yaml", "log.csv")
 
 
 @dataclass
@@ -128,8 +132,9 @@ def save_checkpoint(
 
     rng: the random states of every rank, rank 0 first (rank 0's CUDA state is the one kept).
     tokenizer: saved into the checkpoint too (anything with a `save(directory)` method).
-    If writing fails (e.g. OSError ENOSPC), the temporary directory is removed and the error
-    raised: the newest complete checkpoint stays the one resume takes.
+    If writing fails (an OSError, e.g. ENOSPC: a full disk, however safetensors reports it), the
+    temporary directory is removed and the error raised: the newest complete checkpoint stays the
+    one resume takes.
     """
     final = checkpoint_dir(root, step)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
@@ -180,11 +185,13 @@ def check_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def remove_orphans(root: Path) -> list[Path]:
-    """Delete the temporary checkpoint directories (`.step_N.<pid>.tmp`) and files of killed
-    runs; returns what was removed."""
+def remove_orphans(root: Path, names: tuple[str, ...] = RUN_DIR_FILES) -> list[Path]:
+    """Delete what killed runs left in the run directory `root`: the temporary checkpoint
+    directories and files (`checkpoints/.step_N.<pid>.tmp`, whatever the process: only the run
+    writes there), and the temporary files of the files `names` of `root` (`.NAME.<pid>.tmp`) whose
+    process has ended (`qkv average` may write there too). Returns what was removed."""
+    removed = remove_orphan_temporaries(root, names)
     folder = root / "checkpoints"
-    removed: list[Path] = []
     if not folder.is_dir():
         return removed
     for p in folder.iterdir():
