@@ -19,7 +19,7 @@ import torch
 
 from ..data.tokenizer import SubwordTokenizer
 from ..decode.options import DecodeOptions
-from ..decode.search import greedy, sample
+from ..decode.search import run
 from ..model import DecoderOnly
 from ..modeldir import load_config, load_model_dir
 
@@ -73,22 +73,15 @@ class Generator:
         for g, rows in enumerate(groups):
             src = torch.tensor([ids[i] for i in rows], dtype=torch.long).view(len(rows), -1)
             src = src.to(self.device)
-            n, least = options.max_len_b, options.min_len
-            if options.sampling:
-                hyps = sample(
-                    self.model,
-                    src,
-                    options.temperature,
-                    options.top_k,
-                    options.top_p,
-                    seed=options.seed + g,
-                    max_len=n,
-                    min_len=least,
-                    use_cache=use_cache,
-                )
-            else:
-                hyps = greedy(self.model, src, max_len=n, min_len=least, use_cache=use_cache)
-            texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+            hyps = run(
+                self.model,
+                src,
+                options,
+                options.max_len_b,
+                seed=options.seed + g,
+                use_cache=use_cache,
+            )
+            texts = self.tokenizer.decode_tgt([h[0].tokens for h in hyps])
             for i, text in zip(rows, texts, strict=True):
                 out[i] = text
         return out

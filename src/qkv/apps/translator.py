@@ -39,14 +39,7 @@ from ..data.tokenizer import SubwordTokenizer
 from ..decode.alignment import hard_alignment
 from ..decode.ensemble import Ensemble
 from ..decode.options import DecodeOptions
-from ..decode.search import (
-    Abandoned,
-    Hypothesis,
-    attention_weights,
-    beam_search,
-    greedy,
-    sample,
-)
+from ..decode.search import Abandoned, Hypothesis, attention_weights, run
 from ..model import AttentionWeights, Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import load_model_dir
@@ -256,9 +249,7 @@ class Translator:
         """
         extras = _Extras(attention, alignment, attention_maps)
         ids, options = self._prepare(texts, options, extras, batch_tokens, workers)
-        return list(
-            self._stream(ids, options, extras, batch_tokens, workers, math.inf, abandoned)
-        )
+        return list(self._stream(ids, options, extras, batch_tokens, workers, math.inf, abandoned))
 
     def translate_stream(
         self,
@@ -431,36 +422,7 @@ class Translator:
     ) -> list[list[Hypothesis]]:
         """The hypotheses of each row of src (B, S), best first: sampled, greedy or beam search
         ([] for a row `abandoned` dropped)."""
-        o = options
-        if o.sampling:
-            drawn = sample(
-                self.model,
-                src,
-                temperature=o.temperature,
-                top_k=o.top_k,
-                top_p=o.top_p,
-                seed=seed,
-                max_len=max_len,
-                min_len=o.min_len,
-                alpha=o.alpha,
-                abandoned=abandoned,
-            )
-            return [[h] if h else [] for h in drawn]
-        if o.beam == 1:
-            best = greedy(
-                self.model, src, max_len, o.min_len, o.alpha, abandoned=abandoned
-            )
-            return [[h] if h else [] for h in best]
-        return beam_search(
-            self.model,
-            src,
-            beam=o.beam,
-            alpha=o.alpha,
-            nbest=o.nbest,
-            max_len=max_len,
-            min_len=o.min_len,
-            abandoned=abandoned,
-        )
+        return run(self.model, src, options, max_len, seed=seed, abandoned=abandoned)
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids of each text, truncated to leave room for eos within max_src_tokens."""

@@ -15,8 +15,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from .search import DEFAULT_MAX_LEN_B
-
+# maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
+DEFAULT_MAX_LEN_B = 50
 MAX_OUTPUT_TOKENS = 8192  # the longest output of one sentence, whatever max_len_a and max_len_b say
 
 
@@ -103,4 +103,4 @@ def _check_type(options: DecodeOptions, name: str, kind: type) -> None:
         raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
-__all__ = ["MAX_OUTPUT_TOKENS", "DecodeOptions"]
+__all__ = ["DEFAULT_MAX_LEN_B", "MAX_OUTPUT_TOKENS", "DecodeOptions"]

@@ -1,5 +1,8 @@
 """Search over a model's next-token distribution: greedy, beam search and sampling. Ids in, ids out.
 
+    hyps = run(model, src, DecodeOptions(beam=5))   # the one entry: what the options say
+    hyps = run(model, src, options, max_len, seed=3, abandoned=gave_up)
+
 Every function takes a model in eval mode (any `decode.interface.Decodable`) and a batch of inputs,
 and returns one result per row:
 
@@ -51,9 +54,7 @@ from ..data.batching import pad_sequences
 from ..model import AttentionWeights, Transformer
 from ..model.masks import padding_mask
 from .interface import Decodable
-
-# maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
-DEFAULT_MAX_LEN_B = 50
+from .options import DEFAULT_MAX_LEN_B, DecodeOptions
 
 
 @dataclass
@@ -106,8 +107,9 @@ def _dropped(abandoned: Abandoned | None, sentence: Tensor) -> Tensor | None:
     gone = [abandoned(i) for i in sentence.tolist()]
     if not any(gone):
         return None
-    return torch.tensor([k for k, g in enumerate(gone) if not g], dtype=torch.long,
-                        device=sentence.device)
+    return torch.tensor(
+        [k for k, g in enumerate(gone) if not g], dtype=torch.long, device=sentence.device
+    )
 
 
 class _Rows:
@@ -427,6 +429,36 @@ def beam_search(
         rows.reorder(origin.view(-1), keep)
         rows.append(tokens.view(-1))
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in finished]
+
+
+def run(
+    model: Decodable,
+    src: Tensor,
+    options: DecodeOptions,
+    max_len: int | Tensor | None = None,
+    *,
+    seed: int | None = None,
+    use_cache: bool = True,
+    abandoned: Abandoned | None = None,
+) -> list[list[Hypothesis]]:
+    """Decode src (B, S) as `options` say: sampled, greedy (beam 1) or beam search. For each row,
+    its hypotheses, best first (`options.nbest` at most; [] for a row `abandoned` dropped).
+
+    max_len: per-row caps (see `max_lengths`); the caller computes them from the options and the
+    source lengths. seed: the sampling seed of this batch (default options.seed).
+    """
+    o = options
+    common = {"max_len": max_len, "min_len": o.min_len, "alpha": o.alpha, "use_cache": use_cache}
+    if o.sampling:
+        seed = o.seed if seed is None else seed
+        drawn = sample(
+            model, src, o.temperature, o.top_k, o.top_p, seed, abandoned=abandoned, **common
+        )
+        return [[h] if h else [] for h in drawn]
+    if o.beam == 1:
+        best = greedy(model, src, abandoned=abandoned, **common)
+        return [[h] if h else [] for h in best]
+    return beam_search(model, src, o.beam, nbest=o.nbest, abandoned=abandoned, **common)
 
 
 @torch.inference_mode()

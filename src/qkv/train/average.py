@@ -196,4 +196,3 @@ def average_into(
     copy_config_and_tokenizer(run_dir, target)
     save_weights(target / WEIGHTS_FILE, model)
     return target
-

@@ -677,9 +677,7 @@ class Trainer:
         return result
 
     def _open_log(self) -> TrainingLog:
-        return TrainingLog(
-            self.out, self.step, self.cfg.tensorboard, log_fields(self.task.metrics)
-        )
+        return TrainingLog(self.out, self.step, self.cfg.tensorboard, log_fields(self.task.metrics))
 
     def _loop(self, training_log: TrainingLog | None) -> bool:
         """Updates until a limit; logs, validates and checkpoints on the way. Returns whether it
