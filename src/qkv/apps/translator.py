@@ -298,6 +298,15 @@ class Translator:
         if not all(isinstance(t, str) for t in texts):
             kinds = sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
             raise TypeError(f"texts must be strings, got {', '.join(kinds)}")
+        options = self._check_options(options, extras)
+        if batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        return self.encode(texts), options
+
+    def _check_options(self, options: DecodeOptions | None, extras: _Extras) -> DecodeOptions:
+        """The options (None: the defaults), checked against this translator."""
         if options is None:
             options = DecodeOptions()
         if not isinstance(options, DecodeOptions):
@@ -309,15 +318,11 @@ class Translator:
                 f"beam {options.beam} is larger than the model's target vocabulary of {vocab} "
                 f"tokens; use a beam of at most {vocab}"
             )
-        if batch_tokens < 1:
-            raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
         if extras.weights and isinstance(self.model, Ensemble):
             raise ValueError(
                 "attention weights come from one model; translate with one model for them"
             )
-        return self._encode(texts), options
+        return options
 
     def _stream(
         self,
@@ -340,6 +345,38 @@ class Translator:
             first_batch += n_batches
             yield from results
 
+    def batches(self, ids: list[list[int]], batch_tokens: int, workers: int = 1) -> list[list[int]]:
+        """The one batching of source ids: the indices of the non-empty ones, longest first, cut
+        into batches of at most batch_tokens padded tokens (eos counted; a longer sentence goes
+        alone); with fewer batches than workers, the largest are split so that each has one."""
+        order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: -len(ids[i]))
+        sizes = np.array([len(ids[i]) + 1 for i in order], dtype=np.int64)
+        sizes = np.minimum(sizes, batch_tokens)
+        bounds = list(pairwise(cut_into_batches(sizes, sizes, batch_tokens)))
+        while len(bounds) < workers and any(end - start > 1 for start, end in bounds):
+            start, end = max(bounds, key=lambda b: b[1] - b[0])  # split the largest batch in two
+            middle = (start + end) // 2
+            bounds.remove((start, end))
+            bounds = sorted([*bounds, (start, middle), (middle, end)])
+        return [order[start:end] for start, end in bounds]
+
+    def translate_batch(
+        self,
+        ids: list[list[int]],
+        options: DecodeOptions,
+        *,
+        attention: bool = False,
+        alignment: bool = False,
+        abandoned: Abandoned | None = None,
+    ) -> list[Translation | None]:
+        """Translate source ids (`encode`'s, of one of `batches`) as one batch, in their order:
+        what a server that batches requests itself calls. None for the ids `abandoned` drops."""
+        extras = _Extras(attention, alignment)
+        self._check_options(options, extras)
+        batch = [i for i, seq in enumerate(ids) if seq]  # an empty line is not decoded
+        batches = [batch] if batch else []
+        return self._decode_batches(ids, batches, options, extras, 1, 0, abandoned)
+
     def _decode_chunk(
         self,
         ids: list[list[int]],
@@ -349,29 +386,31 @@ class Translator:
         workers: int,
         first_batch: int,
         abandoned: Abandoned | None = None,
-    ) -> tuple[list[Translation], int]:
-        """Translations of these source ids, in their order: sorted by length, cut into batches
-        (the first one numbered `first_batch`) and decoded -> (translations, number of batches)."""
-        results: list[Translation | None] = [None] * len(ids)
-        for i, seq in enumerate(ids):
-            if not seq:
-                results[i] = extras.empty()
-        nonempty = (i for i, seq in enumerate(ids) if seq)
-        order = sorted(nonempty, key=lambda i: -len(ids[i]))  # longest first
-        sizes = np.array([len(ids[i]) + 1 for i in order], dtype=np.int64)
-        sizes = np.minimum(sizes, batch_tokens)
-        bounds = list(pairwise(cut_into_batches(sizes, sizes, batch_tokens)))
-        while len(bounds) < workers and any(end - start > 1 for start, end in bounds):
-            start, end = max(bounds, key=lambda b: b[1] - b[0])  # split the largest batch in two
-            middle = (start + end) // 2
-            bounds.remove((start, end))
-            bounds = sorted([*bounds, (start, middle), (middle, end)])
+    ) -> tuple[list[Translation | None], int]:
+        """Translations of these source ids, in their order, in `batches` (the first one numbered
+        `first_batch`) -> (translations, number of batches)."""
+        batches = self.batches(ids, batch_tokens, workers)
+        return self._decode_batches(
+            ids, batches, options, extras, workers, first_batch, abandoned
+        ), len(batches)
 
+    def _decode_batches(
+        self,
+        ids: list[list[int]],
+        batches: list[list[int]],
+        options: DecodeOptions,
+        extras: _Extras,
+        workers: int,
+        first_batch: int,
+        abandoned: Abandoned | None,
+    ) -> list[Translation | None]:
+        """The translations of `ids`, decoding the given batches of indices (empty ids are not
+        decoded; batch b samples with seed + first_batch + b)."""
+        results = [extras.empty() if not seq else None for seq in ids]
         # on a CPU that forks, worker processes: no GIL between the searches
-        forked = workers > 1 and len(bounds) > 1 and self.device.type == "cpu" and can_fork()
+        forked = workers > 1 and len(batches) > 1 and self.device.type == "cpu" and can_fork()
         searches: list[_Search] = []
-        for b, (start, end) in enumerate(bounds):
-            batch = order[start:end]
+        for b, batch in enumerate(batches):
             rows = [[*ids[i], self.tokenizer.eos_id] for i in batch]
             src = pad_sequences(rows, self.tokenizer.pad_id).to(self.device)  # (B, S)
             lengths = [options.max_output_length(len(ids[i])) for i in batch]
@@ -382,8 +421,7 @@ class Translator:
             decoded = self._forked_workers(workers).map(searches)
         else:  # threads
             decoded = map_in_workers(self._run_search, searches, workers)
-        for (start, end), (src, *_), hyps in zip(bounds, searches, decoded, strict=True):
-            batch = order[start:end]
+        for batch, (src, *_), hyps in zip(batches, searches, decoded, strict=True):
             done = [row for row, h in enumerate(hyps) if h]  # the rows not abandoned
             maps = None
             if extras.weights and done:  # one teacher-forced pass over the best hypotheses
@@ -393,7 +431,7 @@ class Translator:
                 row_maps = None if maps is None else maps[row]
                 if sentence_hyps:
                     results[i] = self._translation(sentence_hyps, ids[i], row_maps, extras)
-        return results, len(bounds)  # type: ignore[return-value]
+        return results
 
     def _forked_workers(self, workers: int) -> ForkedWorkers:
         """This translator's worker processes, forked at the first call that needs them and kept
@@ -424,8 +462,9 @@ class Translator:
         ([] for a row `abandoned` dropped)."""
         return run(self.model, src, options, max_len, seed=seed, abandoned=abandoned)
 
-    def _encode(self, texts: list[str]) -> list[list[int]]:
-        """Source ids of each text, truncated to leave room for eos within max_src_tokens."""
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Source ids of each text, truncated to leave room for eos within max_src_tokens (with
+        one warning counting the lines truncated)."""
         ids = self.tokenizer.encode_src(texts)
         room = self.max_src_tokens - 1
         n_long = sum(len(seq) > room for seq in ids)

@@ -18,13 +18,13 @@ SHORT = DecodeOptions(beam=2, max_len_b=6)
 
 
 class Recording(Translator):
-    """A translator that records the sentences of each translate_detailed call."""
+    """A translator that records the source ids of each batch it decodes."""
 
-    calls: list[tuple[list[str], DecodeOptions]]
+    calls: list[tuple[list[list[int]], DecodeOptions]]
 
-    def translate_detailed(self, texts, options=None, **kwargs):  # type: ignore[override]
-        self.calls.append((list(texts), options))
-        return super().translate_detailed(texts, options, **kwargs)
+    def translate_batch(self, ids, options, **kwargs):  # type: ignore[override]
+        self.calls.append((list(ids), options))
+        return super().translate_batch(ids, options, **kwargs)
 
 
 @pytest.fixture
@@ -47,16 +47,17 @@ def test_queued_requests_share_sorted_batches_and_get_their_own_results(translat
     other_results = other.future.result(timeout=60)
     batcher.stop(timeout=60)
 
-    shared = [texts for texts, options in translator.calls if options == SHORT]
-    assert sorted(t for batch in shared for t in batch) == sorted(EN[0:8])  # one shared group
-    lengths = [len(ids) for batch in shared for ids in translator.tokenizer.encode_src(batch)]
+    encode = translator.tokenizer.encode_src
+    shared = [ids for ids, options in translator.calls if options == SHORT]
+    assert sorted(x for batch in shared for x in batch) == sorted(encode(EN[0:8]))  # one group
+    lengths = [len(x) for batch in shared for x in batch]
     assert lengths == sorted(lengths, reverse=True)  # longest first, across requests
     assert len(shared) > 1  # cut at the token budget
     for batch in shared:
-        longest = max(len(ids) for ids in translator.tokenizer.encode_src(batch)) + 1
+        longest = max(len(x) for x in batch) + 1
         assert len(batch) == 1 or len(batch) * longest <= 40
-    greedy = [t for texts, options in translator.calls if options.beam == 1 for t in texts]
-    assert sorted(greedy) == sorted(EN[8:10])  # other options: a group of their own
+    greedy = [x for ids, options in translator.calls if options.beam == 1 for x in ids]
+    assert sorted(greedy) == sorted(encode(EN[8:10]))  # other options: a group of their own
 
     alone = Translator(translator.model, translator.tokenizer)
     for job_texts, got in zip(texts, results, strict=True):

@@ -268,16 +268,7 @@ def create_app(
                 "(--max-chars)",
             )
 
-    async def translate(
-        request: Request,
-        model: ServedModel,
-        texts: list[str],
-        o: DecodeOptions,
-        work: int,
-        attention: bool = False,
-        alignment: bool = False,
-    ) -> list[Translation]:
-        job = Job(model.pair, texts, o, attention, alignment)
+    async def translate(request: Request, job: Job, work: int) -> list[Translation]:
         try:
             future = lanes[work > limits.long_request_tokens].submit(job)
         except QueueFull as e:
@@ -317,8 +308,8 @@ def create_app(
         check_size(flat)
         nbest = req.alternatives + 1
         o = options.replace(nbest=nbest, beam=max(options.beam, nbest))
-        work = check_options(model, o, flat)
-        results = iter(await translate(request, model, flat, o, work))
+        job, work = check_options(model, o, flat)
+        results = iter(await translate(request, job, work))
         texts, alternatives = [], []
         for item in lines:
             done = [next(results) for _ in item]
@@ -392,8 +383,8 @@ def create_app(
             o = options.replace(nbest=req.nbest, **changes)
         except ValueError as e:
             raise HTTPError(400, str(e)) from None
-        work = check_options(model, o, texts)
-        results = await translate(request, model, texts, o, work, req.attention, req.alignment)
+        job, work = check_options(model, o, texts, req.attention, req.alignment)
+        results = await translate(request, job, work)
         return JSONResponse(
             {
                 "source": model.source,
@@ -441,11 +432,18 @@ class Stopped(Exception):
     """The server stopped before this request was answered."""
 
 
-def _option_checks(limits: Limits) -> Callable[[ServedModel, DecodeOptions, list[str]], int]:
+def _option_checks(limits: Limits) -> Callable[..., tuple[Job, int]]:
     """The check of a request's decoding options and the work they ask for, before it starts:
-    the check returns that work (beam x output length limits, summed over the sentences)."""
+    the check returns the request's Job and that work (beam x output length limits, summed over
+    the sentences)."""
 
-    def check(model: ServedModel, o: DecodeOptions, texts: list[str]) -> int:
+    def check(
+        model: ServedModel,
+        o: DecodeOptions,
+        texts: list[str],
+        attention: bool = False,
+        alignment: bool = False,
+    ) -> tuple[Job, int]:
         if o.beam > limits.max_beam:
             raise HTTPError(
                 400, f"beam {o.beam} is over this server's limit of {limits.max_beam} (--max-beam)"
@@ -460,10 +458,8 @@ def _option_checks(limits: Limits) -> Callable[[ServedModel, DecodeOptions, list
                     f"{name} {getattr(o, name)} is over this server's limit of "
                     f"{limits.max_output_tokens} output tokens (--max-output-tokens)",
                 )
-        translator = model.translator
-        room = translator.max_src_tokens - 1
-        lengths = [min(len(ids), room) + 1 for ids in translator.tokenizer.encode_src(texts)]
-        work = o.beam * sum(o.max_output_length(n) for n in lengths)
+        ids = model.translator.encode(texts)
+        work = o.beam * sum(o.max_output_length(len(x)) for x in ids)
         if work > limits.max_decode_tokens:
             raise HTTPError(
                 413,
@@ -471,7 +467,7 @@ def _option_checks(limits: Limits) -> Callable[[ServedModel, DecodeOptions, list
                 f"of each sentence); the limit is {limits.max_decode_tokens} "
                 "(--max-decode-tokens): send fewer sentences, a smaller beam or max_len_b",
             )
-        return work
+        return Job(model.pair, texts, o, attention, alignment, ids), work
 
     return check
 

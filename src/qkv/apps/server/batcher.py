@@ -9,8 +9,8 @@
 One worker thread owns the models. It takes the oldest waiting request, then gathers the requests
 that arrive within `max_wait` seconds (up to about `collect_tokens` source tokens), groups
 their sentences by language pair and decoding options, sorts each group by length, cuts it into
-batches of at most `batch_tokens` padded source tokens and decodes each batch with
-`Translator.translate_detailed`. Each request gets its own translations back, in its order. Greedy
+batches of at most `batch_tokens` padded source tokens (`Translator.batches`) and decodes each batch
+with `Translator.translate_batch`. Each request gets its own translations back, in its order. Greedy
 and beam search decode every row of a batch independently, so the translations a request gets do
 not depend on what else was in its batch (scores agree to float32 rounding: batched matrix products
 round differently for other shapes).
@@ -53,6 +53,7 @@ class Job:
     options: DecodeOptions
     attention: bool = False
     alignment: bool = False
+    ids: list[list[int]] | None = None  # the texts' source ids (`Translator.encode`), if known
     future: Future[list[Translation]] = field(default_factory=Future)
     results: list[Translation | None] = field(init=False)
     waiting: int = field(init=False)  # sentences not yet translated
@@ -194,8 +195,10 @@ class Batcher:
             for (pair, options), same in members.items()
         ]
         for group in sorted(groups, key=lambda g: g.cost):
-            order = sorted(range(len(group.lengths)), key=lambda k: -group.lengths[k])
-            for batch in _cut(order, group.lengths, self.batch_tokens if self.batching else 0):
+            empty = [k for k, x in enumerate(group.ids) if not x]  # answered without decoding
+            for batch in [empty] * bool(empty) + group.translator.batches(
+                group.ids, self.batch_tokens
+            ):
                 live = [k for k in batch if not group.sentences[k][0].future.done()]
                 if live:
                     self._decode_batch(group, live)
@@ -205,12 +208,11 @@ class Batcher:
         owners = [group.sentences[k][0] for k in live]
         start = time.perf_counter()
         try:
-            results = group.translator.translate_detailed(
-                [group.texts[k] for k in live],
+            results = group.translator.translate_batch(
+                [group.ids[k] for k in live],
                 group.options,
                 attention=any(job.attention for job in owners),
                 alignment=any(job.alignment for job in owners),
-                batch_tokens=self.batch_tokens,
                 abandoned=lambda r: owners[r].future.done(),
             )
         except Exception as e:
@@ -221,7 +223,7 @@ class Batcher:
         if self.on_batch is not None:
             seconds = time.perf_counter() - start
             done = [r for r in results if r is not None]
-            sources = sum(group.lengths[k] for k in live)
+            sources = sum(len(group.ids[k]) + 1 for k in live)
             targets = sum(len(r.tokens) + 1 for r in done)
             self.on_batch(BatchStats(group.pair, len(live), sources, targets, seconds))
         for k, result in zip(live, results, strict=True):
@@ -242,27 +244,12 @@ class _Group:
     ) -> None:
         self.pair, self.options, self.translator = pair, options, translator
         self.sentences = [(job, i) for job in jobs for i in range(len(job.texts))]
-        self.texts = [job.texts[i] for job, i in self.sentences]
-        room = translator.max_src_tokens - 1  # longer sources are truncated to this
-        encoded = translator.tokenizer.encode_src(self.texts)
-        self.lengths = [min(len(ids), room) + 1 for ids in encoded]  # eos counted
+        for job in jobs:
+            if job.ids is None:
+                job.ids = translator.encode(job.texts)
+        self.ids = [job.ids[i] for job, i in self.sentences]  # type: ignore[index]
         # what decoding it may take: beam * the output length limits
-        self.cost = options.beam * sum(options.max_output_length(n) for n in self.lengths)
-
-
-def _cut(order: list[int], lengths: list[int], batch_tokens: int) -> list[list[int]]:
-    """Consecutive runs of `order` (sorted longest first) of at most batch_tokens padded tokens
-    (count * the first, longest, length); a longer sentence goes alone. batch_tokens 0: one
-    batch of everything."""
-    if batch_tokens == 0:
-        return [order]
-    batches: list[list[int]] = []
-    for k in order:
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= batch_tokens:
-            batches[-1].append(k)
-        else:
-            batches.append([k])
-    return batches
+        self.cost = options.beam * sum(options.max_output_length(len(x)) for x in self.ids)
 
 
 def _count_chars(job: Job) -> int:
