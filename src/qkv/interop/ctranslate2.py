@@ -21,7 +21,10 @@ CTranslate2 has no ALiBi in its encoder and computes dot-product scores only: su
 models that are not encoder-decoders) are refused with a ValueError saying so.
 
 The output directory also holds the SentencePiece models (`source.spm`, `target.spm`) and a
-README.md with the Python lines that translate with it.
+README.md with the Python lines that translate with it as `qkv translate` does: CTranslate2's beam
+search without its length penalty, returning 2 * beam finished hypotheses with their log-probs, and
+the best of them by qkv's GNMT score (CTranslate2's `length_penalty` divides by L ** penalty, which
+no setting makes GNMT's ((5 + L) / 6) ** alpha). The README says where the two can still differ.
 """
 
 from __future__ import annotations
