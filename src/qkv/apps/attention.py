@@ -24,12 +24,18 @@ PNG heatmaps, tokens as tick labels (rows: target_tokens, or source_tokens for t
 One sentence: attention.json holds its object and the PNGs lie in OUTDIR. Several: attention.json
 holds the list of their objects, in input order, and the PNGs of sentence i lie in OUTDIR/i/
 (i = 1, 2, ...). An empty line has empty token lists and maps, and no PNGs.
+
+OUTDIR must be new or empty, so that it holds the maps of these sentences only. With `overwrite`
+(`--overwrite`), the attention.json and the heatmaps an earlier `qkv attention` wrote there (the
+names above, in OUTDIR and OUTDIR/i/) are removed first; other files stay.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,11 +45,17 @@ from torch import Tensor
 
 from ..decode.options import DecodeOptions
 from ..model import AttentionWeights
-from ..modeldir import atomic_write_text
+from ..modeldir import (
+    TEMPORARY_NAME,
+    atomic_write,
+    atomic_write_text,
+    remove_orphan_temporaries,
+)
 from .plots import grid
 from .translator import DEFAULT_BATCH_TOKENS, Translation, Translator
 
 JSON_FILE = "attention.json"
+PNG_NAME = re.compile(r"(cross|encoder|decoder)_(layers|layer[0-9]+_heads)\.png")  # plot_maps'
 DECIMALS = 6  # weights are written rounded to this many decimals
 KINDS = {  # name -> figure title
     "cross": "cross-attention (rows: target, columns: source)",
@@ -60,20 +72,22 @@ def write_attention(
     *,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     workers: int = 1,
+    overwrite: bool = False,
 ) -> list[Path]:
     """Translate `texts` and write their attention maps (JSON and PNGs) into `out_dir`, as the
-    module docstring says. Returns the paths written, attention.json first."""
+    module docstring says (`overwrite`: replace an earlier output there). Returns the paths
+    written, attention.json first."""
     texts = list(texts)
     if not texts:
         raise ValueError("no sentences given: nothing to show the attention of")
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder")
+    check_out(out, overwrite)
     translations = translator.translate_detailed(
         texts, options, attention_maps=True, batch_tokens=batch_tokens, workers=workers
     )
     bos = translator.tokenizer.tgt_sp.id_to_piece(translator.tokenizer.bos_id)
     records = [attention_record(s, t, bos) for s, t in zip(texts, translations, strict=True)]
+    remove_earlier_output(out)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / JSON_FILE
     document = records[0] if len(records) == 1 else records
@@ -84,6 +98,48 @@ def write_attention(
         if t.attention_maps is not None:
             paths += plot_maps(t.attention_maps, record, folder)
     return paths
+
+
+def check_out(out: Path, overwrite: bool = False) -> None:
+    """Refuse (ValueError) an `out` that is a file, or a folder that is not empty unless
+    `overwrite`."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    if not overwrite and out.is_dir() and any(out.iterdir()):
+        raise ValueError(
+            f"--out {out} is not empty; choose a new folder, or give --overwrite to replace the "
+            f"{JSON_FILE} and heatmaps of an earlier qkv attention there (other files stay)"
+        )
+
+
+def remove_earlier_output(out: Path) -> list[Path]:
+    """Delete what an earlier `write_attention` wrote into `out`: attention.json and the heatmaps
+    (regular files named as plot_maps names them) in `out` and its numbered folders, the
+    temporaries of these files that killed runs left, and the numbered folders that this empties.
+    Returns the files removed; other files stay."""
+    if not out.is_dir():
+        return []
+    numbered = [p for p in out.iterdir() if p.name.isdigit() and _is(p, stat.S_ISDIR)]
+    removed = []
+    for folder in [out, *numbered]:
+        names = [p.name for p in folder.iterdir() if _is(p, stat.S_ISREG)]
+        temporaries = [m["name"] for m in map(TEMPORARY_NAME.fullmatch, names) if m is not None]
+        ours = {n for n in names + temporaries if PNG_NAME.fullmatch(n)}
+        if folder == out:
+            ours.add(JSON_FILE)
+        removed += remove_orphan_temporaries(folder, tuple(sorted(ours)))
+        for name in sorted(ours.intersection(names)):
+            (folder / name).unlink()
+            removed.append(folder / name)
+    for folder in numbered:
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    return removed
+
+
+def _is(path: Path, kind: Any) -> bool:
+    """Whether `path` itself (not what a link points to) is of `kind` (stat.S_ISREG, ...)."""
+    return bool(kind(path.lstat().st_mode))
 
 
 def attention_record(text: str, translation: Translation, bos: str = "<s>") -> dict[str, Any]:
@@ -134,8 +190,14 @@ def plot_maps(maps: AttentionWeights, record: dict[str, Any], folder: Path) -> l
 
 
 def _save(figure: Figure, path: Path) -> Path:
-    figure.savefig(path, dpi=100)
+    atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=100, format="png"))
     return path
 
 
-__all__ = ["attention_record", "plot_maps", "write_attention"]
+__all__ = [
+    "attention_record",
+    "check_out",
+    "plot_maps",
+    "remove_earlier_output",
+    "write_attention",
+]

@@ -360,13 +360,14 @@ def cmd_translate(args: argparse.Namespace) -> int:
 def cmd_attention(args: argparse.Namespace) -> int:
     import warnings
 
-    from .attention import write_attention
+    from .attention import check_out, write_attention
 
     options = decode_options(args)
     if len(args.model) > 1:
         raise ValueError("attention weights come from one model; give --model once")
     if bool(args.sentences) == bool(args.input):
         raise ValueError('give the sentences as arguments ("a source sentence") or --input FILE')
+    check_out(Path(args.out), args.overwrite)  # before the model loads
     check_device(args.device)
     texts = args.sentences or _read_lines(args.input)
     translator = _load_translator(args)
@@ -379,6 +380,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
             options,
             batch_tokens=args.batch_tokens,
             workers=args.workers,
+            overwrite=args.overwrite,
         )
     shown = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     for message in dict.fromkeys(shown):
@@ -405,9 +407,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if args.src or args.ref or src_lang is None or tgt_lang is None:
             raise ValueError("--corpus needs --pair SRC-TGT (e.g. en-de) and no --src/--ref")
         split = args.split or get_corpus(args.corpus).splits[-1]
-        src, ref = named_paths(
-            args.corpus, split, src_lang, tgt_lang, args.data_dir, args.download
-        )
+        src, ref = named_paths(args.corpus, split, src_lang, tgt_lang, args.data_dir, args.download)
         if tok_ref is None and split in get_corpus(args.corpus).tok_splits:
             try:
                 tok_ref = tokenized_reference_path(
@@ -759,9 +759,7 @@ def _add_generate_and_classify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, default=GENERATE.temperature)
     p.add_argument("--top-k", type=int, default=GENERATE.top_k, help="0: all tokens")
     p.add_argument("--top-p", type=float, default=GENERATE.top_p, help="1.0: all tokens")
-    p.add_argument(
-        "--seed", type=int, default=GENERATE.seed, help="sampling seed (default: 0)"
-    )
+    p.add_argument("--seed", type=int, default=GENERATE.seed, help="sampling seed (default: 0)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
     p.set_defaults(func=cmd_generate)
 
@@ -931,7 +929,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decoding_arguments(p)
     p.add_argument("sentences", nargs="*", help="source sentences (or --input FILE)")
     p.add_argument("--input", help="UTF-8 text file (.gz allowed), one sentence per line")
-    p.add_argument("--out", required=True, help="folder for attention.json and the PNGs")
+    p.add_argument(
+        "--out", required=True, help="folder for attention.json and the PNGs (new or empty)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty --out, replacing the attention.json and PNGs of an earlier "
+        "qkv attention there (other files stay)",
+    )
     p.set_defaults(func=cmd_attention)
 
     p = sub.add_parser(
