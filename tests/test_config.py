@@ -39,3 +39,8 @@ def test_unknown_key_is_named() -> None:
         TransformerConfig.from_dict({"d_modle": 512})
     with pytest.raises(ValueError, match="unknown preset"):
         TransformerConfig.preset("huge")
+
+
+def test_a_notes_field_in_a_model_config_is_skipped_and_never_written() -> None:
+    cfg = TransformerConfig.from_dict({**TransformerConfig().to_dict(), "extra": {"data": "m30k"}})
+    assert cfg == TransformerConfig() and "extra" not in cfg.to_dict()

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
@@ -159,8 +159,6 @@ class TransformerConfig:
     # the first token's state, BERT's [CLS]; "mean": the mean of the real tokens' states)
     n_classes: int = 2
     pooling: str = "first"
-    # free-form notes (e.g. data recipe); unused
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -273,7 +271,9 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TransformerConfig:
-        """Build from a dict; an unknown key is an error that names the key."""
+        """Build from a dict; an unknown key is an error that names the key ("extra", a notes
+        field model directories may hold, is skipped: it does not shape the model)."""
+        d = {k: v for k, v in d.items() if k != "extra"}
         return dataclass_from_dict(cls, d)
 
     def replace(self, **overrides: Any) -> TransformerConfig:

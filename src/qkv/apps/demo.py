@@ -49,9 +49,6 @@ class DemoResult:
     # digit count -> (correct, total) over the test numbers of that many digits
     by_digits: dict[int, tuple[int, int]] = field(default_factory=dict)
 
-    def digit_accuracy(self) -> dict[int, float]:
-        return {k: correct / total for k, (correct, total) in sorted(self.by_digits.items())}
-
 
 def demo_config(
     target: str = "en", steps: int | None = None, seed: int = 1234, **overrides: object
