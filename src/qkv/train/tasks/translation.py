@@ -1,0 +1,138 @@
+"""The encoder-decoder of the paper on parallel text."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from sacrebleu.metrics import BLEU
+from torch import Tensor, nn
+
+from ...data.batching import Batch, TokenBatchSampler, collate, pad_sequences
+from ...decode.search import DEFAULT_MAX_LEN_B, greedy
+from ...model import Transformer
+from ...model.rnn import RNNSearch
+from ..loss import TranslationLoss
+from ..prepare import (
+    EncodedData,
+    prepare_data,
+    sample_segmentation,
+)
+from .base import Task, fingerprint
+
+log = logging.getLogger("qkv.train")
+
+
+Pairs = tuple[list[list[int]], list[list[int]]]  # source ids, target ids
+
+
+class TranslationTask(Task[Pairs, Batch]):
+    """The encoder-decoder of the paper on parallel text (qkv.train.prepare)."""
+
+    noun = "training pairs"
+    metrics = ("valid_loss", "valid_ppl", "valid_bleu")
+    data: EncodedData
+
+    def prepare(self, out: Path, train_tokenizer: bool, tokenizer_dir: Path | None = None) -> None:
+        self.data = prepare_data(self.cfg, out, train_tokenizer, tokenizer_dir)
+
+    def train_lengths(self) -> tuple[list[int], list[int]]:
+        return [len(s) for s in self.data.train_src], [len(t) for t in self.data.train_tgt]
+
+    def valid_lengths(self) -> tuple[list[int], list[int]]:
+        return [len(s) for s in self.data.valid_src], [len(t) for t in self.data.valid_tgt]
+
+    def has_validation(self) -> bool:
+        return self.data.valid is not None and bool(self.data.valid_src)
+
+    def data_fingerprints(self) -> dict[str, str]:
+        d = self.data
+        return {
+            "train_src": fingerprint(d.train_src),
+            "train_tgt": fingerprint(d.train_tgt),
+            "valid_src": fingerprint(d.valid_src),
+            "valid_tgt": fingerprint(d.valid_tgt),
+        }
+
+    def epoch_examples(self, sampler: TokenBatchSampler) -> Pairs:
+        """The training pairs' ids for the sampler's epoch: fixed, or re-segmented per epoch
+        (subword_dropout) from a seed of (seed, epoch), so that a resumed epoch gets the same
+        draw."""
+        cfg = self.cfg
+        if cfg.subword_dropout == 0.0:
+            return self.data.train_src, self.data.train_tgt
+        seed = int(np.random.SeedSequence([cfg.seed, sampler.epoch]).generate_state(1)[0])
+        src, tgt = sample_segmentation(self.data, cfg.subword_dropout, seed, cfg.max_len)
+        sampler.set_lengths([len(s) for s in src], [len(t) for t in tgt])
+        return src, tgt
+
+    def valid_examples(self) -> Pairs:
+        return self.data.valid_src, self.data.valid_tgt
+
+    def collate(
+        self,
+        examples: tuple[list[list[int]], list[list[int]]],
+        indices: list[int],
+        key: Sequence[int],
+    ) -> Batch:
+        src, tgt = examples
+        tok = self.tokenizer
+        pairs = [(src[i], tgt[i]) for i in indices]
+        return collate(pairs, tok.pad_id, tok.bos_id, tok.eos_id, indices)
+
+    def loss_inputs(self, batch: Batch) -> tuple[Tensor, ...]:
+        return batch.src, batch.tgt[:, :-1], batch.tgt[:, 1:]
+
+    def count(self, batch: Batch) -> int:
+        return batch.n_tgt_tokens
+
+    def build_model(self) -> Transformer | RNNSearch:
+        tok = self.tokenizer
+        config = self.cfg.model_config(tok.src_vocab_size, tok.tgt_vocab_size)
+        return RNNSearch(config) if config.arch == "rnn" else Transformer(config)
+
+    def loss_module(self, model: nn.Module) -> nn.Module:
+        return TranslationLoss(model, self.cfg.label_smoothing, self.cfg.loss_chunk_tokens)
+
+    @property
+    def classes(self) -> int:
+        return self.tokenizer.tgt_vocab_size
+
+    def extra_metrics(
+        self, model: nn.Module, batches: list[list[int]], device: torch.device
+    ) -> dict[str, float]:
+        if self.cfg.valid_bleu and self.data.valid is not None:
+            return {"valid_bleu": self._valid_bleu(model, batches, device)}
+        return {}
+
+    def _valid_bleu(
+        self, model: nn.Module, batches: list[list[int]], device: torch.device
+    ) -> float:
+        """sacreBLEU of the greedy translations of the first valid_max_sentences (default: all)
+        validation sentences, decoded in the validation batches."""
+        d = self.data
+        tok = d.tokenizer
+        assert d.valid is not None
+        k = self.cfg.valid_max_sentences or len(d.valid)
+        outputs: dict[int, list[int]] = {}
+        for indices in batches:
+            rows = [i for i in indices if i < k]
+            if not rows:
+                continue
+            src = pad_sequences([[*d.valid_src[i], tok.eos_id] for i in rows], tok.pad_id)
+            max_len = torch.tensor([len(d.valid_src[i]) + DEFAULT_MAX_LEN_B for i in rows])
+            hyps = greedy(model, src.to(device), max_len.to(device))
+            outputs.update((i, h.tokens) for i, h in zip(rows, hyps, strict=True))
+        texts = tok.decode_tgt([outputs[i] for i in range(k)])
+        metric = BLEU(trg_lang=self.cfg.tgt_lang or "")
+        return metric.corpus_score(texts, [d.valid.tgt[:k]]).score
+
+    def metadata(self) -> dict[str, Any]:
+        return {}  # config.json of a translation model: the architecture says it all
+
+
+# --- monolingual text: lm and mlm ----------------------------------------------------------------
