@@ -1,12 +1,19 @@
 """`qkv serve`: model directories behind HTTP, for existing clients, scripts and people.
 
-    app.py      the endpoints: LibreTranslate-compatible /translate and /languages, native
-                /v1/translate (scores, n-best, attention, alignment), /health, /metrics, the page
+    app.py      `create_app`: the middleware, the error handlers, the routers, the lifespan
+    routes/     the endpoints, one APIRouter per API: libretranslate.py (/translate, /languages),
+                native.py (/v1/translate: scores, n-best, attention, alignment; /v1/info),
+                ops.py (/health, /metrics), page.py (the page, /docs)
+    service.py  what the endpoints share (`Service`): the models, limits, API key, decoding lanes
+    bodies.py   reading and checking request bodies (JSON or form)
+    guard.py    the middleware: the body size limit and the request metrics
     limits.py   what one request may ask for (the serve options' defaults)
     batcher.py  one decoding thread: the sentences of concurrent requests in shared batches
     metrics.py  Prometheus counters, gauges and histograms
     run.py      loading the models (with their language pairs) and running uvicorn
     static/     the page: HTML, JS and CSS, served by qkv (no CDN)
+
+Serving a model directory:
 
     from qkv.apps.server import create_app, load_models, serve
     serve(create_app(load_models(["runs/en-de"])), port=8000)
@@ -24,7 +31,7 @@ _HOME = {
     "Job": "batcher",
     "QueueFull": "batcher",
     "Limits": "limits",
-    "ServedModel": "app",
+    "ServedModel": "service",
     "create_app": "app",
     "load_models": "run",
     "serve": "run",

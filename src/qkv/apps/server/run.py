@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from ...decode.options import DecodeOptions
 from ...modeldir import load_languages
 from ..translator import DEFAULT_MAX_SRC_TOKENS, Translator
-from .app import ServedModel, Stopped
+from .service import ServedModel, Stopped
 
 log = logging.getLogger("qkv.serve")
 

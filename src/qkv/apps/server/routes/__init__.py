@@ -1,0 +1,10 @@
+"""The server's endpoints, one `APIRouter` per API; `create_app` includes each.
+
+    libretranslate.py   POST /translate, GET /languages, GET /frontend/settings
+    native.py           POST /v1/translate, GET /v1/info
+    ops.py              GET /health, GET /metrics
+    page.py             GET / (the page), GET /docs; the files under /static and /docs-assets
+
+An endpoint gets what it shares with the others (models, limits, decoding defaults, the API key
+check, the decoding lanes, the metrics) as `svc: Annotated[Service, Depends(service)]`.
+"""

@@ -1,0 +1,110 @@
+"""LibreTranslate's API, for its existing clients: /translate, /languages, /frontend/settings.
+
+    POST /translate      {"q": "Hello" | [...], "source": "en", "target": "de", "format": "text",
+                         "alternatives": 2, "api_key": ...}, JSON or form
+    GET  /languages      [{"code": "en", "name": "English", "targets": ["de"]}]
+    GET  /frontend/settings   what LibreTranslate's web page asks for
+
+Each line of a text is a sentence, decoded with the server's decoding options. Source "auto"
+picks the one language served into the target; qkv detects no languages, so there is no /detect.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from ..bodies import body_doc, read_fields, validate
+from ..service import LANGUAGE_NAMES, HTTPError, Service, service
+
+router = APIRouter(tags=["LibreTranslate"])
+
+
+class LibreTranslateRequest(BaseModel):
+    """LibreTranslate's /translate fields (others are ignored, as LibreTranslate does)."""
+
+    q: str | list[str] = Field(description="the text, or a list of texts; lines are sentences")
+    source: str = Field(description='source language code, or "auto"')
+    target: str = Field(description="target language code")
+    format: Literal["text", "html"] = "text"
+    alternatives: int = Field(0, ge=0, description="how many alternative translations")
+    api_key: str | None = None
+
+
+@router.post(
+    "/translate",
+    openapi_extra=body_doc(
+        LibreTranslateRequest, "application/json", "application/x-www-form-urlencoded"
+    ),
+)
+async def libretranslate(
+    request: Request, svc: Annotated[Service, Depends(service)]
+) -> JSONResponse:
+    """Translate `q` (a string, or a list of strings) as LibreTranslate does: JSON or form
+    body; each line of a text is a sentence; `alternatives` asks for the next best
+    translations."""
+    fields = await read_fields(request)
+    svc.check_key(request, fields.get("api_key"))
+    req = validate(LibreTranslateRequest, fields, libre=True)
+    if req.format != "text":
+        raise HTTPError(400, f"format {req.format!r} is not supported; use text")
+    model = svc.resolve(req.source, req.target)
+    items = [req.q] if isinstance(req.q, str) else req.q
+    lines = [item.split("\n") for item in items]
+    flat = [line for item in lines for line in item]
+    svc.check_size(flat)
+    nbest = req.alternatives + 1
+    o = svc.options.replace(nbest=nbest, beam=max(svc.options.beam, nbest))
+    job, work = svc.check_options(model, o, flat)
+    results = iter(await svc.translate(request, job, work))
+    texts, alternatives = [], []
+    for item in lines:
+        done = [next(results) for _ in item]
+        texts.append("\n".join(r.text for r in done))
+        alternatives.append(
+            [
+                "\n".join(r.nbest[k][0] if k < len(r.nbest) else r.text for r in done)
+                for k in range(1, nbest)
+            ]
+        )
+    one = isinstance(req.q, str)
+    answer: dict[str, Any] = {"translatedText": texts[0] if one else texts}
+    if req.alternatives:
+        answer["alternatives"] = alternatives[0] if one else alternatives
+    if req.source == "auto":
+        detected = {"confidence": 100.0, "language": model.source}
+        answer["detectedLanguage"] = detected if one else [detected] * len(items)
+    return JSONResponse(answer)
+
+
+@router.get("/languages")
+async def languages(svc: Annotated[Service, Depends(service)]) -> list[dict[str, Any]]:
+    """The source languages, each with the targets it is served into."""
+    sources: dict[str, list[str]] = {}
+    for m in svc.served.values():
+        sources.setdefault(m.source, []).append(m.target)
+    return [
+        {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(targets)}
+        for code, targets in sorted(sources.items())
+    ]
+
+
+@router.get("/frontend/settings", include_in_schema=False)
+async def frontend_settings(svc: Annotated[Service, Depends(service)]) -> dict[str, Any]:
+    first = next(iter(svc.served.values()))
+    return {
+        "charLimit": svc.limits.max_chars,
+        "frontendTimeout": int(svc.limits.timeout * 1000),
+        "apiKeys": svc.api_key is not None,
+        "keyRequired": svc.api_key is not None,
+        "suggestions": False,
+        "filesTranslation": False,
+        "supportedFilesFormat": [],
+        "language": {
+            "source": {"code": first.source, "name": LANGUAGE_NAMES.get(first.source, "")},
+            "target": {"code": first.target, "name": LANGUAGE_NAMES.get(first.target, "")},
+        },
+    }

@@ -1,0 +1,141 @@
+"""qkv's own API: /v1/translate (scores, n-best, attention, alignment) and /v1/info.
+
+    POST /v1/translate   {"text": "Hello" | [...], "beam": 5, "alpha": 0.6, "nbest": 3,
+                         "attention": true, "alignment": true} -> scores, n-best, attention
+    GET  /v1/info        the pairs, the decoding defaults and the limits (the page reads it)
+
+Each text is one sentence; the decoding options a request leaves unset take the server's.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...translator import Translation
+from ..bodies import body_doc, read_fields, validate
+from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, service
+
+router = APIRouter(tags=["qkv"])
+
+
+class NativeRequest(BaseModel):
+    """qkv's /v1/translate: each text is one sentence; unset options take the server's."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    text: str | list[str] = Field(description="a sentence or a list of sentences")
+    source: str | None = Field(None, description="source language (optional with one pair)")
+    target: str | None = Field(None, description="target language (optional with one pair)")
+    beam: int | None = Field(None, description="beam size; 1 is greedy decoding")
+    alpha: float | None = Field(None, description="length penalty ((5 + len) / 6) ** alpha")
+    nbest: int = Field(1, description="hypotheses returned per sentence (<= beam)")
+    max_len_a: float | None = None
+    max_len_b: int | None = None
+    min_len: int | None = None
+    attention: bool = Field(False, description="return the cross-attention and the tokens")
+    alignment: bool = Field(False, description="return the hard word alignment")
+    api_key: str | None = None
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float
+
+
+class NativeTranslation(BaseModel):
+    text: str
+    score: float = Field(description="log-probability with the length penalty")
+    nbest: list[Hypothesis]
+    source_tokens: list[str] | None = Field(None, description="subwords, eos included")
+    target_tokens: list[str] | None = Field(None, description="subwords, eos included")
+    attention: list[list[float]] | None = Field(
+        None, description="(target tokens, source tokens): last layer, averaged over heads"
+    )
+    alignment: list[tuple[int, int]] | None = Field(None, description="(source, target) words")
+
+
+class NativeResponse(BaseModel):
+    source: str
+    target: str
+    translations: list[NativeTranslation]
+
+
+@router.post(
+    "/v1/translate",
+    openapi_extra=body_doc(NativeRequest, "application/json"),
+    responses={200: {"model": NativeResponse}},
+)
+async def native(request: Request, svc: Annotated[Service, Depends(service)]) -> JSONResponse:
+    """Translate sentences with these decoding options; on request, each sentence's
+    cross-attention (best hypothesis, last layer, averaged over heads) with its subword
+    tokens, and its hard word alignment. The numbers are `Translator.translate_detailed`'s."""
+    fields = await read_fields(request, form=False)
+    svc.check_key(request, fields.get("api_key"))
+    req = validate(NativeRequest, fields)
+    model = svc.resolve(req.source, req.target)
+    texts = [req.text] if isinstance(req.text, str) else req.text
+    svc.check_size(texts)
+    changes = {
+        name: getattr(req, name)
+        for name in ("beam", "alpha", "max_len_a", "max_len_b", "min_len")
+        if getattr(req, name) is not None
+    }
+    try:
+        o = svc.options.replace(nbest=req.nbest, **changes)
+    except ValueError as e:
+        raise HTTPError(400, str(e)) from None
+    job, work = svc.check_options(model, o, texts, req.attention, req.alignment)
+    results = await svc.translate(request, job, work)
+    return JSONResponse(
+        {
+            "source": model.source,
+            "target": model.target,
+            "translations": [_native(r, req.attention, req.alignment) for r in results],
+        }
+    )
+
+
+@router.get("/v1/info")
+async def info(svc: Annotated[Service, Depends(service)]) -> dict[str, Any]:
+    """The pairs served, the decoding defaults, the limits, whether a key is needed."""
+    limits = svc.limits
+    return {
+        "pairs": [
+            {"source": m.source, "target": m.target, "name": _pair_name(m)}
+            for m in svc.served.values()
+        ],
+        "defaults": {"beam": svc.options.beam, "alpha": svc.options.alpha},
+        "limits": {
+            "max_chars": limits.max_chars,
+            "max_sentences": limits.max_sentences,
+            "max_beam": limits.max_beam,
+            "max_output_tokens": limits.max_output_tokens,
+            "max_decode_tokens": limits.max_decode_tokens,
+            "timeout": limits.timeout,
+        },
+        "api_key_required": svc.api_key is not None,
+    }
+
+
+def _pair_name(m: ServedModel) -> str:
+    return f"{LANGUAGE_NAMES.get(m.source, m.source)} → {LANGUAGE_NAMES.get(m.target, m.target)}"
+
+
+def _native(r: Translation, attention: bool, alignment: bool) -> dict[str, Any]:
+    """One sentence of the native answer."""
+    out: dict[str, Any] = {
+        "text": r.text,
+        "score": r.score,
+        "nbest": [{"text": text, "score": score} for text, score in r.nbest],
+    }
+    if attention or alignment:
+        out["source_tokens"] = r.source_tokens or []
+        out["target_tokens"] = r.target_tokens or []
+    if attention:
+        out["attention"] = [] if r.attention is None else r.attention.tolist()
+    if alignment:
+        out["alignment"] = [list(pair) for pair in r.alignment or []]
+    return out

@@ -1,0 +1,269 @@
+"""What the endpoints share: the served models, the limits, the decoding defaults, the API key,
+the two decoding lanes and the metrics, in one `Service` on `app.state.service`.
+
+    @router.post("/v1/example")
+    async def example(request: Request, svc: Annotated[Service, Depends(service)]) -> ...:
+        svc.check_key(request, given)                      # 403 unless the key matches
+        model = svc.resolve(source, target)                # 400 unless the pair is served
+        svc.check_size(texts)                              # 400 / 413: unicode, sentences, chars
+        job, work = svc.check_options(model, o, texts)     # 400 / 413: beam, lengths, total work
+        results = await svc.translate(request, job, work)  # 503 busy or stopped, 504 too slow
+
+A request's decoding is bounded before it starts (`check_options`: output tokens, beam, and their
+product over its sentences) and while it runs (`translate`): past its time limit, or once its
+client has gone, it is dropped from its batch at the next decoding step. Requests that may decode
+more than `Limits.long_request_tokens` tokens go to a lane (a `Batcher`) of their own, so that
+ordinary ones do not wait behind them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+
+from ...data.tokenizer import check_unicode
+from ...decode.options import DecodeOptions
+from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
+from .batcher import Batcher, Job, QueueFull
+from .limits import Limits
+from .metrics import Metrics
+
+DISCONNECT_POLL = 0.25  # seconds between checks that a waiting request's client is still there
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "de": "German", "digits": "Digits", "en": "English",
+    "es": "Spanish", "fr": "French", "it": "Italian", "ja": "Japanese", "ko": "Korean",
+    "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ru": "Russian", "tr": "Turkish",
+    "uk": "Ukrainian", "zh": "Chinese",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A translator and the language pair it serves."""
+
+    source: str
+    target: str
+    translator: Translator
+
+    @property
+    def pair(self) -> str:
+        return f"{self.source}-{self.target}"
+
+
+class HTTPError(Exception):
+    """An error answered as {"error": message} with this status."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+class Stopped(Exception):
+    """The server stopped before this request was answered."""
+
+
+@dataclass(eq=False)
+class Service:
+    """The state the endpoints share (see the module docstring). served: pair -> model, in the
+    order given; lanes: the decoding threads for short requests and for long ones."""
+
+    served: dict[str, ServedModel]
+    limits: Limits
+    options: DecodeOptions
+    api_key: str | None
+    lanes: list[Batcher]
+    metrics: Metrics
+
+    @classmethod
+    def create(
+        cls,
+        models: list[ServedModel],
+        limits: Limits,
+        options: DecodeOptions,
+        api_key: str | None,
+        max_wait: float = 0.005,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        batching: bool = True,
+    ) -> Service:
+        """The service for these models, its lanes not started (see `Batcher` for max_wait,
+        batch_tokens and batching)."""
+        served = {m.pair: m for m in models}
+        if len(served) != len(models):
+            raise ValueError(f"two models serve the same pair: {[m.pair for m in models]}")
+        metrics = Metrics()
+        lanes = [  # decoding threads: short requests, long ones (limits.long_request_tokens)
+            Batcher(
+                {pair: m.translator for pair, m in served.items()},
+                max_queue=limits.max_queue,
+                max_wait=max_wait,
+                batch_tokens=batch_tokens,
+                batching=batching,
+                on_batch=metrics.observe_batch,
+            )
+            for _ in range(2)
+        ]
+        svc = cls(served, limits, options, api_key, lanes, metrics)
+        metrics.queue_depth.set_function(lambda: svc.queue)
+        return svc
+
+    # --- the lanes ---------------------------------------------------------------------------
+    @property
+    def queue(self) -> int:
+        """Requests waiting for a decoder, in both lanes."""
+        return sum(lane.depth for lane in self.lanes)
+
+    def start(self) -> None:
+        for lane in self.lanes:
+            lane.start()
+
+    async def stop(self) -> None:
+        """Stops the lanes once the requests in flight are answered."""
+        for lane in self.lanes:
+            await asyncio.to_thread(lane.stop)
+
+    def abandon(self, error: BaseException) -> int:
+        """Fails the queued and running requests with `error`; how many there were."""
+        return sum(lane.abandon(error) for lane in self.lanes)
+
+    # --- the checks of a request -------------------------------------------------------------
+    def check_key(self, request: Request, given: Any) -> None:
+        """403 unless the key given (a field, or `Authorization: Bearer`) is the server's."""
+        key = self.api_key
+        if key is None:
+            return
+        header = request.headers.get("authorization", "")
+        if not given and header[:7].lower() == "bearer ":
+            given = header[7:].strip()
+        if not isinstance(given, str) or not hmac.compare_digest(given.encode(), key.encode()):
+            raise HTTPError(403, "Invalid API key")
+
+    def resolve(self, source: str | None, target: str | None) -> ServedModel:
+        """The model serving source-target ("auto": the one pair into target; neither given: the
+        one pair served); 400 naming the pairs served otherwise."""
+        served = self.served
+        pairs = ", ".join(served)
+        if source is None and target is None and len(served) == 1:
+            return next(iter(served.values()))
+        if source is None or target is None:
+            raise HTTPError(400, f"give source and target; this server translates {pairs}")
+        if source == "auto":
+            candidates = [m for m in served.values() if m.target == target]
+            if len(candidates) == 1:
+                return candidates[0]
+            raise HTTPError(400, f"source auto: no single pair into {target!r}; served: {pairs}")
+        model = served.get(f"{source}-{target}")
+        if model is None:
+            raise HTTPError(400, f"{source}-{target} is not served; this server translates {pairs}")
+        return model
+
+    def check_size(self, texts: list[str]) -> None:
+        """400 for text that is not valid unicode; 413 over the sentence or character limit."""
+        limits = self.limits
+        try:
+            check_unicode(texts)
+        except ValueError as e:
+            raise HTTPError(400, str(e)) from None
+        if len(texts) > limits.max_sentences:
+            raise HTTPError(
+                413,
+                f"the request has {len(texts)} sentences; the limit is {limits.max_sentences} "
+                "(--max-sentences)",
+            )
+        chars = sum(len(t) for t in texts)
+        if chars > limits.max_chars:
+            raise HTTPError(
+                413,
+                f"the request has {chars} characters; the limit is {limits.max_chars} "
+                "(--max-chars)",
+            )
+
+    def check_options(
+        self,
+        model: ServedModel,
+        o: DecodeOptions,
+        texts: list[str],
+        attention: bool = False,
+        alignment: bool = False,
+    ) -> tuple[Job, int]:
+        """The request's Job and the work it asks for (beam x output length limits, summed over
+        the sentences), checked against the limits before it starts: 400 / 413 over them."""
+        limits = self.limits
+        if o.beam > limits.max_beam:
+            raise HTTPError(
+                400, f"beam {o.beam} is over this server's limit of {limits.max_beam} (--max-beam)"
+            )
+        vocab = model.translator.target_vocab_size
+        if o.beam > vocab:
+            raise HTTPError(400, f"beam {o.beam} is larger than the target vocabulary ({vocab})")
+        for name in ("max_len_b", "min_len"):
+            if getattr(o, name) > limits.max_output_tokens:
+                raise HTTPError(
+                    400,
+                    f"{name} {getattr(o, name)} is over this server's limit of "
+                    f"{limits.max_output_tokens} output tokens (--max-output-tokens)",
+                )
+        ids = model.translator.encode(texts)
+        work = o.beam * sum(o.max_output_length(len(x)) for x in ids)
+        if work > limits.max_decode_tokens:
+            raise HTTPError(
+                413,
+                f"the request may decode {work} tokens (beam {o.beam} x the output length limit "
+                f"of each sentence); the limit is {limits.max_decode_tokens} "
+                "(--max-decode-tokens): send fewer sentences, a smaller beam or max_len_b",
+            )
+        return Job(model.pair, texts, o, attention, alignment, ids), work
+
+    # --- decoding ------------------------------------------------------------------------------
+    async def translate(self, request: Request, job: Job, work: int) -> list[Translation]:
+        """The job's translations, from the lane its work calls for: 503 with Retry-After when
+        that lane's queue is full or the server stopped first, 504 past the time limit (or once
+        the client has gone), 500 when decoding failed."""
+        limits = self.limits
+        try:
+            future = self.lanes[work > limits.long_request_tokens].submit(job)
+        except QueueFull as e:
+            message = f"the server is busy: {e}; retry in a moment"
+            raise HTTPError(503, message, {"Retry-After": "1"}) from None
+        try:
+            return await _answer(request, future, limits.timeout)
+        except asyncio.TimeoutError:
+            message = f"the translation took longer than {limits.timeout:g} s (--timeout)"
+            raise HTTPError(504, message) from None
+        except Stopped as e:
+            raise HTTPError(503, str(e), {"Retry-After": "1"}) from None
+        except Exception as e:
+            raise HTTPError(500, f"translation failed: {e}") from None
+
+
+async def service(request: Request) -> Service:
+    """The application's `Service`, for endpoints: `svc: Annotated[Service, Depends(service)]`."""
+    return request.app.state.service
+
+
+async def _answer(request: Request, future: Future[list[Translation]], timeout: float) -> Any:
+    """The future's result, waited for at most `timeout` seconds while the client is connected;
+    otherwise the future is cancelled (the batcher drops its sentences at the next step) and
+    TimeoutError raised. The batcher's `Stopped` comes through as it is."""
+    deadline = time.monotonic() + timeout
+    waiting = asyncio.wrap_future(future)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise asyncio.TimeoutError
+            done, _ = await asyncio.wait({waiting}, timeout=min(left, DISCONNECT_POLL))
+            if done:
+                return waiting.result()
+            if await request.is_disconnected():
+                raise asyncio.TimeoutError  # nobody is left to answer
+    finally:
+        future.cancel()  # no effect once it has its result
+
+
+__all__ = ["HTTPError", "ServedModel", "Service", "Stopped", "service"]
