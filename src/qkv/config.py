@@ -273,7 +273,8 @@ class TransformerConfig:
     def from_dict(cls, d: dict[str, Any]) -> TransformerConfig:
         """Build from a dict; an unknown key is an error that names the key ("extra", a notes
         field model directories may hold, is skipped: it does not shape the model)."""
-        d = {k: v for k, v in d.items() if k != "extra"}
+        if isinstance(d, dict) and "extra" in d:
+            d = {k: v for k, v in d.items() if k != "extra"}
         return dataclass_from_dict(cls, d)
 
     def replace(self, **overrides: Any) -> TransformerConfig:

@@ -21,78 +21,39 @@ import contextlib
 import itertools
 import logging
 import math
-import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from ..data.batching import TokenBatchSampler
-from ..modeldir import (
-    MODEL_DIR_FILES,
-    TOKENIZER_FILE,
-    CheckpointError,
-    UnsafeOutputError,
-    atomic_write_text,
-    refuse_symlinks,
-    save_model_dir,
-)
+from ..modeldir import TOKENIZER_FILE
 from ..runtime.precision import describe_hardware, resolve_precision
 from ..runtime.process import RELEASE_EVERY, release_freed_memory
 from ..runtime.training import prepare_for_training
-from .average import best_steps
-from .checkpoints import (
-    STATE_FILE,
-    RngStates,
-    check_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    prune_checkpoints,
-    remove_orphans,
-    save_checkpoint,
-)
+from .checkpoints import RngStates
 from .distributed import all_gather, all_reduce_sum, barrier, cleanup, init_distributed
 from .logs import TrainingLog, log_fields
 from .recipe import TrainConfig, validation_score
+from .rundir import Progress, RunDirectory, TrainingError
 from .schedule import lr_multiplier, paper_peak_lr
 from .tasks import Task, make_task
 
 log = logging.getLogger("qkv.train")
-# what a checkpoint's trainer state holds besides the run's progress (`Progress`)
-STATE_KEYS = ("sampler", "scheduler", "optimizer")
 # a loss this many times an untrained model's (ln of the classes predicted among) has diverged
 DIVERGED_LOSS = 10.0
-
-# what qkv writes into OUT (besides the model directory's files): never through a symbolic link
-RUN_FILES = (*MODEL_DIR_FILES, "train_config.yaml", "log.csv", "checkpoints", "tensorboard")
-# recipe keys a resumed run may change (they decide when to stop, log and checkpoint, and how the
-# machine runs, not what is learned so far); any other difference is refused
-RESUME_SAFE_KEYS = (
-    "max_steps",
-    "max_hours",
-    "max_epochs",
-    "valid_every",
-    "log_every",
-    "keep_checkpoints",
-    "keep_best_checkpoints",
-    "patience",
-    "tensorboard",
-    "threads",
-    "max_nonfinite_updates",
-    "data_dir",
-    "download",
-)
-
-
-class TrainingError(ValueError):
-    """A run that cannot go on: it diverged, or its checkpoint cannot be written."""
+# the first int of a batch's key, which seeds collate's randomness in the batch (`Task.collate`:
+# mlm masks): a training batch's key is (TRAIN_KEY, epoch, position, rank), the i-th validation
+# batch's (VALID_KEY, i), so that no validation batch draws what a training batch draws
+TRAIN_KEY = 0
+VALID_KEY = 1
+PROGRESS_BAR: dict[str, Any] = {"desc": "train", "unit": "step", "dynamic_ncols": True}
 
 
 @dataclass
@@ -103,29 +64,6 @@ class TrainResult:
     best_metric: float | None
     stopped_early: bool
     history: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class Progress:
-    """Where a run stands: saved in every checkpoint (trainer_state.json), restored on resume."""
-
-    step: int = 0  # optimizer updates done
-    best_metric: float | None = None  # the best validation value (higher is better)
-    best_step: int | None = None  # the step that reached it
-    bad_validations: int = 0  # validations in a row without improvement (for patience)
-    elapsed_s: float = 0.0  # training time so far, across resumes
-    history: list[dict[str, Any]] = field(default_factory=list)  # metrics of each validation
-    skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient
-
-    OPTIONAL = ("skipped_updates",)  # absent in checkpoints of older versions
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any], path: Path) -> Progress:
-        names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in state and n not in cls.OPTIONAL]
-        if missing:
-            raise CheckpointError(f"{path}: the trainer state lacks {missing}")
-        return cls(**{n: state[n] for n in names if n in state})
 
 
 @dataclass
@@ -144,13 +82,8 @@ class _Window:
 
 
 class Trainer:
-    """Trains the model of the recipe's task on its data; OUT is a model directory.
-
-    OUT/config.json, model.safetensors, tokenizer   the best model so far (by cfg.valid_metric)
-    OUT/train_config.yaml                           the resolved recipe
-    OUT/checkpoints/step_N/                         resumable training checkpoints (the last K)
-    OUT/log.csv, OUT/tensorboard/                   learning curves
-    """
+    """Trains the model of the recipe's task on its data into OUT, a model directory that holds
+    the run too (`qkv.train.rundir`: the recipe, the checkpoints, the learning curves)."""
 
     def __init__(
         self,
@@ -165,18 +98,14 @@ class Trainer:
         self.out = Path(out_dir)
         self.allow_data_change = allow_data_change
         self.env, self.device = init_distributed(cfg.device)
-        self._check_output(resume, overwrite)
-        # a run that fails before its first checkpoint removes the directory it created
-        self._created_out = not self.out.exists()
-        try:
+        self.run_dir = RunDirectory(self.out, cfg, self.env.is_main, allow_data_change)
+        self.run_dir.check(overwrite)
+        with self.run_dir.removed_on_failure():
             self._setup(resume)
-        except BaseException:
-            self._remove_if_created()
-            raise
 
     def _setup(self, resume: bool) -> None:
         cfg = self.cfg
-        resume_from = self._checkpoint_to_resume(resume)
+        resume_from = self.run_dir.checkpoint_to_resume(resume)
         # data: a resumed run reads the tokenizer its checkpoint holds
         tokenizer_dir = None
         if resume_from is not None and (resume_from / TOKENIZER_FILE).is_file():
@@ -188,7 +117,9 @@ class Trainer:
         self.valid_batches = self._valid_batches()
         # model and optimization
         self.model = self._build_model()
-        self.autocast = self._autocast()
+        d_model = getattr(getattr(self.model, "config", None), "d_model", None)
+        self.precision = resolve_precision(cfg.precision, self.device, d_model=d_model)
+        self.autocast = _autocast(self.precision, self.device)
         for note in prepare_for_training(self.model, self.precision, self.device):
             log.info("training on the CPU: %s", note)
         self.loss = self.task.loss_module(self.model)
@@ -220,123 +151,11 @@ class Trainer:
         return self.task.data
 
     # --- setup ---------------------------------------------------------------------------------
-    def _check_output(self, resume: bool, overwrite: bool) -> None:
-        """OUT must be a directory qkv may write: not a file, no symbolic link among the files it
-        writes, and, unless `overwrite`, not a non-empty directory that is not a training run
-        (e.g. a model made by `qkv average`, or anything else)."""
-        out = self.out
-        if out.exists() and not out.is_dir():
-            raise UnsafeOutputError(f"--out {out} is a file, not a directory")
-        if not out.is_dir():
-            return
-        refuse_symlinks(out, RUN_FILES)
-        is_run = (out / "checkpoints").is_dir()
-        if not is_run and not overwrite and any(out.iterdir()):
-            raise UnsafeOutputError(
-                f"--out {out} is not empty and holds no training run; qkv would overwrite its "
-                "files: choose another directory or pass --overwrite"
-            )
-
-    def _remove_if_created(self) -> None:
-        """Remove OUT when this run created it and wrote no checkpoint into it."""
-        if self.env.is_main and self._created_out and not list_checkpoints(self.out):
-            shutil.rmtree(self.out, ignore_errors=True)
-
-    def _checkpoint_to_resume(self, resume: bool) -> Path | None:
-        """The newest readable checkpoint to resume from (None: a fresh run). An unreadable newest
-        checkpoint is skipped with a warning; the config must match the run's (RESUME_SAFE_KEYS
-        may differ)."""
-        checkpoints = list_checkpoints(self.out)
-        if checkpoints and not resume:
-            raise ValueError(
-                f"{self.out} already holds a training run; pass --resume to continue "
-                "it or choose another output directory"
-            )
-        if not resume:
-            return None
-        if self.env.is_main:
-            for orphan in remove_orphans(self.out):
-                log.info("removed %s, left by a run killed while writing a checkpoint", orphan)
-        if not checkpoints:
-            log.warning("--resume: no checkpoint in %s, starting from scratch", self.out)
-            return None
-        problems = []
-        for path in reversed(checkpoints):
-            try:
-                state = check_checkpoint(path)
-                _check_state_keys(state, path)
-            except CheckpointError as e:
-                problems.append(str(e))
-                log.warning("--resume: %s is unreadable (%s); trying the previous one", path, e)
-                continue
-            if problems:
-                log.warning("--resume: resuming from %s instead", path)
-            self._check_resume_config(state.get("config"), path)
-            return path
-        raise CheckpointError(
-            f"no readable checkpoint in {self.out / 'checkpoints'}: {problems[0]}"
-        )
-
-    def _check_resume_config(self, recorded: dict[str, Any] | None, path: Path) -> None:
-        """Refuse a resumed run whose recipe differs from the checkpoint's in a key not in
-        RESUME_SAFE_KEYS; the safe changes apply (and train_config.yaml records them)."""
-        if recorded is None:  # a checkpoint of an older version: the recorded recipe
-            recorded_file = self.out / "train_config.yaml"
-            if not recorded_file.is_file():
-                return
-            recorded = yaml.safe_load(recorded_file.read_text(encoding="utf-8"))
-        try:
-            before = TrainConfig.from_dict(recorded).to_dict()  # type: ignore[arg-type]
-        except (ValueError, TypeError):
-            return  # not readable as a recipe of this version: nothing to compare
-        now = self.cfg.to_dict()
-        diffs = []
-        for key in now:
-            if key == "model":
-                for k in sorted(set(now[key]) | set(before[key])):
-                    a, b = before[key].get(k), now[key].get(k)
-                    if a != b:
-                        diffs.append(f"model.{k} (run: {a!r}, now: {b!r})")
-            elif key not in RESUME_SAFE_KEYS and now[key] != before[key]:
-                diffs.append(f"{key} (run: {before[key]!r}, now: {now[key]!r})")
-            elif now[key] != before[key]:
-                log.info("--resume: %s changes from %r to %r", key, before[key], now[key])
-        if diffs:
-            raise ValueError(
-                f"--resume: the config differs from the run's ({path}) in {'; '.join(diffs)}. "
-                f"Only {', '.join(RESUME_SAFE_KEYS)} may change on resume; give the run's values "
-                "or start a new run in another --out"
-            )
-
-    def _check_resume_data(self, recorded: dict[str, str] | None, path: Path) -> None:
-        """Refuse to resume on data other than the run's (unless allow_data_change): the batches
-        of the rest of the epoch would be other batches, and the run no longer one run."""
-        if recorded is None or recorded == self.data_fingerprints:
-            return
-        changed = [k for k, v in self.data_fingerprints.items() if recorded.get(k) != v]
-        where = [f"{k} ({self._data_source(k)})" for k in changed]
-        message = (
-            f"--resume: the data differs from the run's ({path}): {', '.join(where)} now "
-            "holds other text"
-        )
-        if not self.allow_data_change:
-            raise ValueError(
-                f"{message}. Restore the run's data, start a new run in another --out, or give "
-                "--allow-data-change to go on with this data"
-            )
-        log.warning("%s; going on with it (--allow-data-change)", message)
-
-    def _data_source(self, key: str) -> str:
-        """What the recipe reads for the data `key` (train_src, valid_text, ...)."""
-        cfg = self.cfg
-        given = getattr(cfg, key, None) or getattr(cfg, key.split("_")[0] + "_tsv", None)
-        return str(given) if given else f"corpus {cfg.corpus}"
-
     def _prepare_data(self, train_tokenizer: bool, tokenizer_dir: Path | None = None) -> None:
         """Rank 0 prepares the data (training the tokenizer of a fresh run into OUT); the other
         ranks then read the tokenizer it saved (or the checkpoint's, on resume)."""
         if self.env.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
+            self.run_dir.create()
             self.task.prepare(self.out, train_tokenizer, tokenizer_dir)
         barrier(self.env)
         if not self.env.is_main:
@@ -367,49 +186,21 @@ class Trainer:
         return model.to(self.device)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
-        cfg = self.cfg
+        cfg, params = self.cfg, self.model.parameters()
         peak = cfg.lr
         if peak is None:
             peak = paper_peak_lr(self.model.config.d_model, cfg.warmup)
-        return torch.optim.Adam(
-            self.model.parameters(),
-            lr=peak,
-            betas=cfg.adam_betas,
-            eps=cfg.adam_eps,
-            weight_decay=cfg.weight_decay,
-        )
-
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """bf16 autocast where cfg.precision resolves to bf16 (self.precision); else none.
-
-        Weights, gradients and optimizer state stay fp32; under autocast the matmuls run in bf16
-        while softmax, log_softmax and layer_norm run in fp32, and the loss is summed in fp32.
-        """
-        d_model = getattr(getattr(self.model, "config", None), "d_model", None)
-        self.precision = resolve_precision(self.cfg.precision, self.device, d_model=d_model)
-        if self.precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        betas, eps, decay = cfg.adam_betas, cfg.adam_eps, cfg.weight_decay
+        return torch.optim.Adam(params, lr=peak, betas=betas, eps=eps, weight_decay=decay)
 
     # --- checkpoints ---------------------------------------------------------------------------
-    def _trainer_state(self) -> dict[str, Any]:
-        return {
-            **asdict(self.progress),
-            "sampler": self.sampler.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "config": self.cfg.to_dict(),  # the recipe in effect (resume compares against it)
-            "data": self.data_fingerprints,  # and the data
-        }
-
     def _restore(self, path: Path) -> None:
         """Model, optimizer, schedule, data position, progress and random state of a checkpoint."""
-        state, self.rng = load_checkpoint(
-            path, self.model, self.optimizer, self.env.rank, self.device
+        state, self.progress, self.rng = self.run_dir.read_checkpoint(
+            path, self.model, self.optimizer, self.env.rank, self.device, self.data_fingerprints
         )
-        self._check_resume_data(state.get("data"), path)
         self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
-        self.progress = Progress.from_state(state, path)
         log.info("resumed from %s (step %d)", path, self.step)
 
     def _check_in_sync(self) -> None:
@@ -424,57 +215,27 @@ class Trainer:
         self._check_in_sync()
         rng = all_gather(RngStates.current(self.device), self.env)
         if self.env.is_main:
-            state = self._trainer_state()
-            try:
-                save_checkpoint(
-                    self.out, self.step, self.model, self.optimizer, state, rng, self.task.tokenizer
-                )
-            except OSError as e:
-                raise self._write_failed(f"the checkpoint of step {self.step}", e) from e
-            prune_checkpoints(self.out, self.cfg.keep_checkpoints, self._best_window_steps())
+            state = {"sampler": self.sampler.state_dict(), "scheduler": self.scheduler.state_dict()}
+            tokenizer, fingerprints = self.task.tokenizer, self.data_fingerprints
+            self.run_dir.write_checkpoint(
+                self.model, self.optimizer, rng, tokenizer, self.progress, state, fingerprints
+            )
         barrier(self.env)
-
-    def _best_window_steps(self) -> list[int]:
-        """The steps of the keep_best_checkpoints consecutive validations with the best mean score
-        so far (`qkv average --best`); none when the option is off or no window is complete."""
-        n, metric = self.cfg.keep_best_checkpoints, self.cfg.valid_metric
-        best = best_steps(self.progress.history, metric, n) if n and metric else None
-        return best[0] if best else []
-
-    def _write_failed(self, what: str, e: OSError) -> TrainingError:
-        """The error that stops a run whose output cannot be written (a full disk, ...)."""
-        done = list_checkpoints(self.out)
-        last = f"the last good checkpoint is {done[-1]}" if done else "no checkpoint was written"
-        reason = e.strerror or str(e)
-        return TrainingError(
-            f"step {self.step}: cannot write {what} in {self.out} ({reason}); {last}; "
-            "make room and continue with --resume"
-        )
 
     def _write_model_dir(self) -> None:
         """OUT as a model directory holding the current weights (called for each new best)."""
         bad = [n for n, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())]
         if bad:
             raise self._diverged(f"the weights hold NaN or infinite values ({bad[0]}, ...)")
-        try:
-            save_model_dir(
-                self.out,
-                self.model,
-                self.task.tokenizer,
-                train_step=self.step,
-                valid_metric=self.cfg.valid_metric,
-                best_metric=self.progress.best_metric,
-                **self.cfg.languages(),
-                **self.task.metadata(),
-            )
-        except OSError as e:
-            raise self._write_failed("the model directory", e) from e
+        self.run_dir.write_model(
+            self.model, self.task.tokenizer, self.progress, **self.task.metadata()
+        )
 
     def _diverged(self, what: str, step: int | None = None) -> TrainingError:
         """The error of a diverged run, at `step` (default: the update being made)."""
         lr = self.scheduler.get_last_lr()[0]
-        done = list_checkpoints(self.out)
-        last = f"; the last checkpoint is {done[-1]}" if done else ""
+        done = self.run_dir.last_checkpoint()
+        last = f"; the last checkpoint is {done}" if done else ""
         step = self.step + 1 if step is None else step
         return TrainingError(
             f"training diverged at step {step}: {what}. The learning rate is likely too "
@@ -500,11 +261,11 @@ class Trainer:
 
     def _batches(self) -> Iterator[Any]:
         """Training batches, epoch after epoch (until max_epochs), from the sampler's position.
-        A batch's key (epoch, position, rank) seeds the task's randomness in it (mlm masks)."""
+        A batch's key (TRAIN_KEY, epoch, position, rank) seeds the task's randomness in it."""
         while self.cfg.max_epochs is None or self.sampler.epoch < self.cfg.max_epochs:
             examples = self._epoch_ids()
             for indices in self.sampler:
-                key = (0, self.sampler.epoch, self.sampler.position, self.env.rank)
+                key = (TRAIN_KEY, self.sampler.epoch, self.sampler.position, self.env.rank)
                 yield self.task.collate(examples, indices, key).to(self.device)
 
     def train_step(self, batches: list[Any]) -> tuple[float, float, int]:
@@ -573,7 +334,7 @@ class Trainer:
         nll_sum = 0.0
         n_tokens = 0
         for i, indices in enumerate(self.valid_batches):
-            batch = self.task.collate(examples, indices, (1, i)).to(self.device)
+            batch = self.task.collate(examples, indices, (VALID_KEY, i)).to(self.device)
             with self.autocast:
                 loss, nll = self.loss(*self.task.loss_inputs(batch))
             loss_sum += loss.item()
@@ -586,15 +347,8 @@ class Trainer:
         return out
 
     def _improved(self, metrics: dict[str, float]) -> bool:
-        value = validation_score(self.cfg.valid_metric, metrics)  # higher is better
-        p = self.progress
-        if not math.isfinite(value):  # NaN or inf is never the best
-            return False
-        if p.best_metric is None or value > p.best_metric:
-            p.best_metric = value
-            p.best_step = self.step
-            return True
-        return False
+        """Whether `metrics` hold the best validation so far (then recorded in the progress)."""
+        return self.progress.improve(validation_score(self.cfg.valid_metric, metrics), self.step)
 
     def _checkpoint(self, row: dict[str, Any]) -> bool:
         """Validate (if there is a validation set), keep the best model, save a step checkpoint.
@@ -630,11 +384,8 @@ class Trainer:
         self._last_checkpoint_s = elapsed
         out = self.env.is_main and elapsed + interval > 3600 * self.cfg.max_hours
         if out:
-            log.info(
-                "step %d: stopping, the next checkpoint would pass max_hours %g",
-                self.step,
-                self.cfg.max_hours,
-            )
+            what = f"the next checkpoint would pass max_hours {self.cfg.max_hours:g}"
+            log.info("step %d: stopping, %s", self.step, what)
         return bool(all_reduce_sum(float(out), self.env, self.device))
 
     # --- the loop ------------------------------------------------------------------------------
@@ -646,8 +397,7 @@ class Trainer:
                 f"{describe_hardware(self.device)})"
             )
             log.info(precision)
-            recipe = f"# {precision}\n" + yaml.safe_dump(self.cfg.to_dict(), sort_keys=False)
-            atomic_write_text(self.out / "train_config.yaml", recipe)  # the recipe in effect
+            self.run_dir.write_recipe(precision)  # the recipe in effect
             if self.resumed:  # the top-level tokenizer again, from the checkpoint's
                 self.task.tokenizer.save(self.out)
             n_params = f"{sum(p.numel() for p in self.model.parameters()):,}"
@@ -660,17 +410,11 @@ class Trainer:
             )
         self.rng.apply()  # this rank's dropout stream, from where the checkpoint left it
         training_log = self._open_log() if self.env.is_main else None
-        try:
+        closing: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if training_log is not None:
+            closing = contextlib.closing(training_log)
+        with self.run_dir.removed_on_failure(), closing:  # closed first, then OUT removed
             stopped_early = self._loop(training_log)
-        except BaseException:
-            if training_log is not None:
-                training_log.close()
-                training_log = None
-            self._remove_if_created()
-            raise
-        finally:
-            if training_log is not None:
-                training_log.close()
         p = self.progress
         result = TrainResult(self.out, p.step, p.best_step, p.best_metric, stopped_early, p.history)
         cleanup(self.env)
@@ -688,14 +432,7 @@ class Trainer:
         start = time.perf_counter() - self.progress.elapsed_s
         self._last_checkpoint_s = self.progress.elapsed_s
         quiet = None if self.env.is_main else True  # None: off when not writing to a terminal
-        bar = tqdm(
-            total=cfg.max_steps,
-            initial=self.step,
-            disable=quiet,
-            desc="train",
-            unit="step",
-            dynamic_ncols=True,
-        )
+        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=quiet, **PROGRESS_BAR)
         with bar:
             while self.step < cfg.max_steps:
                 group = list(itertools.islice(batches, cfg.accum_steps))
@@ -747,9 +484,12 @@ class Trainer:
         }
 
 
-def _check_state_keys(state: dict[str, Any], path: Path) -> None:
-    """A CheckpointError naming the keys a checkpoint's trainer state lacks."""
-    required = [f.name for f in fields(Progress) if f.name not in Progress.OPTIONAL]
-    missing = [k for k in (*STATE_KEYS, *required) if k not in state]
-    if missing:
-        raise CheckpointError(f"{path / STATE_FILE} lacks {', '.join(map(repr, missing))}")
+def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast where the precision is bf16; else none.
+
+    Weights, gradients and optimizer state stay fp32; under autocast the matmuls run in bf16
+    while softmax, log_softmax and layer_norm run in fp32, and the loss is summed in fp32.
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
