@@ -55,8 +55,10 @@ class Server:
 
 
 def start_server(model: Path, *args: str) -> Server:
+    # the decoding path of the in-process oracles (tests/conftest.py), not one measured here
+    path = [] if "--precision" in args else ["--precision", "fp32", "--pack"]
     command = [sys.executable, "-m", "qkv", "serve", "--model", str(model), "--port", "0",
-               "--threads", "1", *args]
+               "--threads", "1", *path, *args]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "QKV_API_KEY": ""}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=env)

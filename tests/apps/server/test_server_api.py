@@ -63,6 +63,20 @@ def test_libretranslate_lines_are_sentences(server: Server, translator: Translat
     assert r.json()["translatedText"] == "\n".join(expected)
 
 
+def test_libretranslate_splits_a_paragraph_into_sentences_and_keeps_its_spacing(
+    server: Server, translator: Translator
+) -> None:
+    """Three sentences on a line (two spaces after the first), a blank line, a fourth: each
+    sentence translated alone, the spacing and line breaks as they were; alternatives alike."""
+    t = translator.translate_detailed(EN[:4], SERVED.replace(nbest=2))
+    r = lt(server, q=f"{EN[0]}  {EN[1]} {EN[2]}\n\n{EN[3]}\n", alternatives=1)
+    assert r.json() == {
+        "translatedText": f"{t[0].text}  {t[1].text} {t[2].text}\n\n{t[3].text}\n",
+        "alternatives": [f"{t[0].nbest[1][0]}  {t[1].nbest[1][0]} {t[2].nbest[1][0]}\n\n"
+                         f"{t[3].nbest[1][0]}\n"],
+    }
+
+
 def test_libretranslate_form_bodies(server: Server, translator: Translator) -> None:
     expected = translator.translate_detailed([EN[2]], SERVED.replace(nbest=2))[0]
     fields = {"q": EN[2], "source": "en", "target": "zh", "api_key": KEY, "alternatives": "1"}

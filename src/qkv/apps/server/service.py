@@ -34,6 +34,7 @@ from .batcher import Batcher, Job, QueueFull
 from .limits import Limits
 from .metrics import Metrics
 
+SPLITS = ("sentences", "lines")  # how /translate cuts a text into what it decodes (Service.split)
 DISCONNECT_POLL = 0.25  # seconds between checks that a waiting request's client is still there
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "digits": "Digits", "en": "English",
@@ -79,6 +80,7 @@ class Service:
     api_key: str | None
     lanes: list[Batcher]
     metrics: Metrics
+    split: str = "sentences"  # how /translate cuts a text: "sentences" (of each line) or "lines"
 
     @classmethod
     def create(
@@ -90,9 +92,12 @@ class Service:
         max_wait: float = 0.005,
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         batching: bool = True,
+        split: str = "sentences",
     ) -> Service:
         """The service for these models, its lanes not started (see `Batcher` for max_wait,
-        batch_tokens and batching)."""
+        batch_tokens and batching; `split` for /translate: "sentences" or "lines")."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
         served = {m.pair: m for m in models}
         if len(served) != len(models):
             raise ValueError(f"two models serve the same pair: {[m.pair for m in models]}")
@@ -108,7 +113,7 @@ class Service:
             )
             for _ in range(2)
         ]
-        svc = cls(served, limits, options, api_key, lanes, metrics)
+        svc = cls(served, limits, options, api_key, lanes, metrics, split)
         metrics.queue_depth.set_function(lambda: svc.queue)
         return svc
 

@@ -5,7 +5,9 @@
     GET  /languages      [{"code": "en", "name": "English", "targets": ["de"]}]
     GET  /frontend/settings   what LibreTranslate's web page asks for
 
-Each line of a text is a sentence, decoded with the server's decoding options. Source "auto"
+A text is cut into the sentences of each line (`qkv serve --split lines`: each line is one), which
+are decoded with the server's decoding options and joined again with the text's own spacing and
+line breaks (`qkv.apps.documents`). Source "auto"
 picks the one language served into the target; qkv detects no languages, so there is no /detect.
 """
 
@@ -17,6 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from ...documents import Pieces, split_lines, split_sentences
 from ..bodies import body_doc, read_fields, validate
 from ..service import LANGUAGE_NAMES, HTTPError, Service, service
 
@@ -26,7 +29,7 @@ router = APIRouter(tags=["LibreTranslate"])
 class LibreTranslateRequest(BaseModel):
     """LibreTranslate's /translate fields (others are ignored, as LibreTranslate does)."""
 
-    q: str | list[str] = Field(description="the text, or a list of texts; lines are sentences")
+    q: str | list[str] = Field(description="the text, or a list of texts")
     source: str = Field(description='source language code, or "auto"')
     target: str = Field(description="target language code")
     format: Literal["text", "html"] = "text"
@@ -44,7 +47,7 @@ async def libretranslate(
     request: Request, svc: Annotated[Service, Depends(service)]
 ) -> JSONResponse:
     """Translate `q` (a string, or a list of strings) as LibreTranslate does: JSON or form
-    body; each line of a text is a sentence; `alternatives` asks for the next best
+    body; each text cut into sentences and joined again; `alternatives` asks for the next best
     translations."""
     fields = await read_fields(request)
     svc.check_key(request, fields.get("api_key"))
@@ -53,20 +56,21 @@ async def libretranslate(
         raise HTTPError(400, f"format {req.format!r} is not supported; use text")
     model = svc.resolve(req.source, req.target)
     items = [req.q] if isinstance(req.q, str) else req.q
-    lines = [item.split("\n") for item in items]
-    flat = [line for item in lines for line in item]
+    svc.check_size(items)
+    pieces = [_split(item, svc.split, model.source) for item in items]
+    flat = [sentence for p in pieces for sentence in p.sentences]
     svc.check_size(flat)
     nbest = req.alternatives + 1
     o = svc.options.replace(nbest=nbest, beam=max(svc.options.beam, nbest))
     job, work = svc.check_options(model, o, flat)
     results = iter(await svc.translate(request, job, work))
     texts, alternatives = [], []
-    for item in lines:
-        done = [next(results) for _ in item]
-        texts.append("\n".join(r.text for r in done))
+    for p in pieces:
+        done = [next(results) for _ in p.sentences]
+        texts.append(p.join([r.text for r in done]))
         alternatives.append(
             [
-                "\n".join(r.nbest[k][0] if k < len(r.nbest) else r.text for r in done)
+                p.join([r.nbest[k][0] if k < len(r.nbest) else r.text for r in done])
                 for k in range(1, nbest)
             ]
         )
@@ -78,6 +82,10 @@ async def libretranslate(
         detected = {"confidence": 100.0, "language": model.source}
         answer["detectedLanguage"] = detected if one else [detected] * len(items)
     return JSONResponse(answer)
+
+
+def _split(text: str, how: str, lang: str) -> Pieces:
+    return split_sentences(text, lang) if how == "sentences" else split_lines(text)
 
 
 @router.get("/languages")
