@@ -77,6 +77,15 @@ def test_libretranslate_splits_a_paragraph_into_sentences_and_keeps_its_spacing(
     }
 
 
+def test_libretranslate_html_keeps_the_markup(server: Server, translator: Translator) -> None:
+    t = translator.translate(EN[:3], SERVED)
+    html = f'<div class="a"><p>{EN[0]} <b>{EN[1]}</b></p><code>x = 1</code><p>{EN[2]}</p></div>'
+    r = lt(server, q=html, format="html")
+    assert r.status_code == 200, r.text
+    want = f'<div class="a"><p>{t[0]} <b>{t[1]}</b></p><code>x = 1</code><p>{t[2]}</p></div>'
+    assert r.json() == {"translatedText": want}
+
+
 def test_libretranslate_form_bodies(server: Server, translator: Translator) -> None:
     expected = translator.translate_detailed([EN[2]], SERVED.replace(nbest=2))[0]
     fields = {"q": EN[2], "source": "en", "target": "zh", "api_key": KEY, "alternatives": "1"}
@@ -173,7 +182,7 @@ def test_native_errors_name_the_field_or_limit(
     [
         ({"q": "a", "source": "en", "target": "de", "api_key": KEY}, 400, "en-zh"),
         ({"source": "en", "target": "zh", "api_key": KEY}, 400, "missing q parameter"),
-        ({"q": "a", "source": "en", "target": "zh", "api_key": KEY, "format": "html"}, 400, "html"),
+        ({"q": "a", "source": "en", "target": "zh", "api_key": KEY, "format": "xml"}, 400, "format"),
         ({"q": "a", "source": "en", "target": "zh", "api_key": KEY, "alternatives": -1}, 400,
          "alternatives"),
         ({"q": "a", "source": "en", "target": "zh"}, 403, "Invalid API key"),

@@ -7,7 +7,8 @@
 
 A text is cut into the sentences of each line (`qkv serve --split lines`: each line is one), which
 are decoded with the server's decoding options and joined again with the text's own spacing and
-line breaks (`qkv.apps.documents`). Source "auto"
+line breaks (`qkv.apps.documents`). With `"format": "html"`, the text of the HTML is translated
+and its markup kept (`qkv.apps.html`). Source "auto"
 picks the one language served into the target; qkv detects no languages, so there is no /detect.
 """
 
@@ -20,8 +21,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from ...documents import Pieces, split_lines, split_sentences
+from ...html import HtmlDocument
 from ..bodies import body_doc, read_fields, validate
-from ..service import LANGUAGE_NAMES, HTTPError, Service, service
+from ..service import LANGUAGE_NAMES, Service, service
 
 router = APIRouter(tags=["LibreTranslate"])
 
@@ -52,12 +54,10 @@ async def libretranslate(
     fields = await read_fields(request)
     svc.check_key(request, fields.get("api_key"))
     req = validate(LibreTranslateRequest, fields, libre=True)
-    if req.format != "text":
-        raise HTTPError(400, f"format {req.format!r} is not supported; use text")
     model = svc.resolve(req.source, req.target)
     items = [req.q] if isinstance(req.q, str) else req.q
     svc.check_size(items)
-    pieces = [_split(item, svc.split, model.source) for item in items]
+    pieces = [_split(item, req.format, svc.split, model.source) for item in items]
     flat = [sentence for p in pieces for sentence in p.sentences]
     svc.check_size(flat)
     nbest = req.alternatives + 1
@@ -84,7 +84,10 @@ async def libretranslate(
     return JSONResponse(answer)
 
 
-def _split(text: str, how: str, lang: str) -> Pieces:
+def _split(text: str, kind: str, how: str, lang: str) -> Pieces | HtmlDocument:
+    """The sentences of a text (kind "text") or of an HTML document's text (kind "html")."""
+    if kind == "html":
+        return HtmlDocument(text, lang)
     return split_sentences(text, lang) if how == "sentences" else split_lines(text)
 
 
