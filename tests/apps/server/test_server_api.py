@@ -86,6 +86,30 @@ def test_libretranslate_html_keeps_the_markup(server: Server, translator: Transl
     assert r.json() == {"translatedText": want}
 
 
+def test_translate_file_then_download_it(server: Server, translator: Translator) -> None:
+    t = translator.translate(EN[:4], SERVED)
+    files = {
+        "notes.txt": (f"{EN[0]} {EN[1]}\n\n{EN[2]}\n", f"{t[0]} {t[1]}\n\n{t[2]}\n"),
+        "page.html": (f"<h1>{EN[3]}</h1><pre>{EN[0]}</pre>", f"<h1>{t[3]}</h1><pre>{EN[0]}</pre>"),
+    }
+    for name, (content, want) in files.items():
+        fields = {"source": "en", "target": "zh", "api_key": KEY}
+        r = server.client.post("/translate_file", data=fields,
+                               files={"file": (name, content.encode())})
+        assert r.status_code == 200, r.text
+        url = r.json()["translatedFileUrl"]
+        assert url.startswith(server.url + "/download_file/") and url.endswith(name)
+        got = server.client.get(url)
+        assert got.status_code == 200 and got.text == want
+        assert got.headers["content-disposition"] == f'attachment; filename="{name}"'
+    fields = {"source": "en", "target": "zh", "api_key": KEY}
+    for name, data, message in [("a.pdf", b"%PDF", "translate .txt or .html"),
+                                ("a.txt", b"\xff\xfe", "is not UTF-8 text")]:
+        r = server.client.post("/translate_file", data=fields, files={"file": (name, data)})
+        assert r.status_code == 400 and message in r.json()["error"]
+    assert server.client.get("/download_file/nope.a.txt").status_code == 404
+
+
 def test_libretranslate_form_bodies(server: Server, translator: Translator) -> None:
     expected = translator.translate_detailed([EN[2]], SERVED.replace(nbest=2))[0]
     fields = {"q": EN[2], "source": "en", "target": "zh", "api_key": KEY, "alternatives": "1"}

@@ -22,7 +22,7 @@ import asyncio
 import hmac
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
@@ -31,6 +31,7 @@ from ...data.tokenizer import check_unicode
 from ...decode.options import DecodeOptions
 from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
 from .batcher import Batcher, Job, QueueFull
+from .files import FileStore
 from .limits import Limits
 from .metrics import Metrics
 
@@ -81,6 +82,7 @@ class Service:
     lanes: list[Batcher]
     metrics: Metrics
     split: str = "sentences"  # how /translate cuts a text: "sentences" (of each line) or "lines"
+    files: FileStore = field(default_factory=FileStore)  # translated files to download
 
     @classmethod
     def create(

@@ -4,6 +4,9 @@
                          "alternatives": 2, "api_key": ...}, JSON or form
     GET  /languages      [{"code": "en", "name": "English", "targets": ["de"]}]
     GET  /frontend/settings   what LibreTranslate's web page asks for
+    POST /translate_file {file: .txt or .html, source, target, api_key} (multipart)
+                         -> {"translatedFileUrl": ".../download_file/NAME"}
+    GET  /download_file/NAME   the translated file (kept 10 minutes)
 
 A text is cut into the sentences of each line (`qkv serve --split lines`: each line is one), which
 are decoded with the server's decoding options and joined again with the text's own spacing and
@@ -14,16 +17,19 @@ picks the one language served into the target; qkv detects no languages, so ther
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
+from starlette.datastructures import UploadFile
 
 from ...documents import Pieces, split_lines, split_sentences
 from ...html import HtmlDocument
 from ..bodies import body_doc, read_fields, validate
-from ..service import LANGUAGE_NAMES, Service, service
+from ..files import SUFFIXES
+from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, service
 
 router = APIRouter(tags=["LibreTranslate"])
 
@@ -56,24 +62,9 @@ async def libretranslate(
     req = validate(LibreTranslateRequest, fields, libre=True)
     model = svc.resolve(req.source, req.target)
     items = [req.q] if isinstance(req.q, str) else req.q
-    svc.check_size(items)
-    pieces = [_split(item, req.format, svc.split, model.source) for item in items]
-    flat = [sentence for p in pieces for sentence in p.sentences]
-    svc.check_size(flat)
-    nbest = req.alternatives + 1
-    o = svc.options.replace(nbest=nbest, beam=max(svc.options.beam, nbest))
-    job, work = svc.check_options(model, o, flat)
-    results = iter(await svc.translate(request, job, work))
-    texts, alternatives = [], []
-    for p in pieces:
-        done = [next(results) for _ in p.sentences]
-        texts.append(p.join([r.text for r in done]))
-        alternatives.append(
-            [
-                p.join([r.nbest[k][0] if k < len(r.nbest) else r.text for r in done])
-                for k in range(1, nbest)
-            ]
-        )
+    texts, alternatives = await _translate_texts(
+        request, svc, model, items, req.format, req.alternatives
+    )
     one = isinstance(req.q, str)
     answer: dict[str, Any] = {"translatedText": texts[0] if one else texts}
     if req.alternatives:
@@ -82,6 +73,81 @@ async def libretranslate(
         detected = {"confidence": 100.0, "language": model.source}
         answer["detectedLanguage"] = detected if one else [detected] * len(items)
     return JSONResponse(answer)
+
+
+async def _translate_texts(
+    request: Request,
+    svc: Service,
+    model: ServedModel,
+    items: list[str],
+    kind: str,
+    alternatives: int = 0,
+) -> tuple[list[str], list[list[str]]]:
+    """Each text (kind "text" or "html") translated sentence by sentence in one job, and its
+    `alternatives` next best translations."""
+    svc.check_size(items)
+    pieces = [_split(item, kind, svc.split, model.source) for item in items]
+    flat = [sentence for p in pieces for sentence in p.sentences]
+    svc.check_size(flat)
+    nbest = alternatives + 1
+    o = svc.options.replace(nbest=nbest, beam=max(svc.options.beam, nbest))
+    job, work = svc.check_options(model, o, flat)
+    results = iter(await svc.translate(request, job, work))
+    texts, others = [], []
+    for p in pieces:
+        done = [next(results) for _ in p.sentences]
+        texts.append(p.join([r.text for r in done]))
+        others.append(
+            [
+                p.join([r.nbest[k][0] if k < len(r.nbest) else r.text for r in done])
+                for k in range(1, nbest)
+            ]
+        )
+    return texts, others
+
+
+@router.post("/translate_file")
+async def translate_file(
+    request: Request, svc: Annotated[Service, Depends(service)]
+) -> JSONResponse:
+    """Translate an uploaded .txt or .html file (multipart fields `file`, `source`, `target`,
+    `api_key`) as /translate translates text or HTML; the answer names where to download the
+    translation (`translatedFileUrl`), kept for 10 minutes."""
+    form = await request.form()
+    svc.check_key(request, form.get("api_key"))
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile) or not upload.filename:
+        raise HTTPError(400, "Invalid request: missing file parameter")
+    name = Path(upload.filename).name
+    suffix = Path(name).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise HTTPError(400, f"{name}: translate .txt or .html files, not {suffix or 'these'}")
+    try:
+        text = (await upload.read()).decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise HTTPError(400, f"{name} is not UTF-8 text: {e.reason} at byte {e.start}") from None
+    source, target = form.get("source"), form.get("target")
+    if not isinstance(source, str) or not isinstance(target, str):
+        raise HTTPError(400, "Invalid request: missing source or target parameter")
+    model = svc.resolve(source, target)
+    kind = "text" if suffix == ".txt" else "html"
+    [translated], _ = await _translate_texts(request, svc, model, [text], kind)
+    stored = svc.files.put(name, translated.encode("utf-8"))
+    return JSONResponse({"translatedFileUrl": f"{request.base_url}download_file/{stored}"})
+
+
+@router.get("/download_file/{name}")
+async def download_file(name: str, svc: Annotated[Service, Depends(service)]) -> Response:
+    """A file /translate_file translated, while it is kept."""
+    data = svc.files.get(name)
+    if data is None:
+        raise HTTPError(404, "no such file: it expired (10 minutes) or was never made")
+    filename = name.split(".", 1)[1]
+    return Response(
+        data,
+        media_type=SUFFIXES[Path(filename).suffix.lower()],
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
 
 
 def _split(text: str, kind: str, how: str, lang: str) -> Pieces | HtmlDocument:
@@ -112,8 +178,8 @@ async def frontend_settings(svc: Annotated[Service, Depends(service)]) -> dict[s
         "apiKeys": svc.api_key is not None,
         "keyRequired": svc.api_key is not None,
         "suggestions": False,
-        "filesTranslation": False,
-        "supportedFilesFormat": [],
+        "filesTranslation": True,
+        "supportedFilesFormat": sorted(SUFFIXES),
         "language": {
             "source": {"code": first.source, "name": LANGUAGE_NAMES.get(first.source, "")},
             "target": {"code": first.target, "name": LANGUAGE_NAMES.get(first.target, "")},
