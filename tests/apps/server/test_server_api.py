@@ -160,6 +160,16 @@ def test_native_equals_translate_detailed(server: Server, translator: Translator
     assert len(first["attention"][0]) == len(first["source_tokens"])
 
 
+def test_native_split_translates_each_sentence_of_a_paragraph(
+    server: Server, translator: Translator
+) -> None:
+    expected = translator.translate(EN[:3], SERVED)
+    body = native(server, text=[f"{EN[0]} {EN[1]}", EN[2]], split="sentences").json()
+    assert [t["text"] for t in body["translations"]] == expected
+    r = native(server, text="a", split="words")
+    assert r.status_code == 400 and "split" in r.json()["error"]
+
+
 def test_native_plain_request_has_no_attention(server: Server, translator: Translator) -> None:
     [want] = translator.translate_detailed([EN[6]], SERVED.replace(beam=1))
     body = native(server, text=EN[6], beam=1).json()

@@ -38,10 +38,10 @@ def browser() -> Iterator[object]:
 
 
 def test_type_translate_hover_and_highlight(server: Server, browser, tmp_path: Path) -> None:
-    text = f"{EN[0]}\n{EN[1]}"
+    text = f"{EN[0]} {EN[1]}\n{EN[2]}"  # a paragraph of two sentences, then a line
     expected = server.client.post(
         "/v1/translate",
-        json={"text": [EN[0], EN[1]], "nbest": 2, "attention": True},  # the page's defaults
+        json={"text": EN[:3], "nbest": 2, "attention": True},  # the page's defaults
         headers={"Authorization": f"Bearer {KEY}"},
     ).json()["translations"]
     page = browser.new_page(viewport={"width": 1100, "height": 900})

@@ -4,17 +4,20 @@
                          "attention": true, "alignment": true} -> scores, n-best, attention
     GET  /v1/info        the pairs, the decoding defaults and the limits (the page reads it)
 
-Each text is one sentence; the decoding options a request leaves unset take the server's.
+Each text is one sentence (`"split": "sentences"`: each text is cut into its sentences, and the
+answer has one translation per sentence); the decoding options a request leaves unset take the
+server's.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...documents import split_sentences
 from ...translator import Translation
 from ..bodies import body_doc, read_fields, validate
 from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, service
@@ -37,6 +40,9 @@ class NativeRequest(BaseModel):
     min_len: int | None = None
     attention: bool = Field(False, description="return the cross-attention and the tokens")
     alignment: bool = Field(False, description="return the hard word alignment")
+    split: Literal["none", "sentences"] = Field(
+        "none", description='"sentences": cut each text into its sentences, translated each'
+    )
     api_key: str | None = None
 
 
@@ -78,6 +84,9 @@ async def native(request: Request, svc: Annotated[Service, Depends(service)]) ->
     model = svc.resolve(req.source, req.target)
     texts = [req.text] if isinstance(req.text, str) else req.text
     svc.check_size(texts)
+    if req.split == "sentences":
+        texts = [s for text in texts for s in split_sentences(text, model.source).sentences]
+        svc.check_size(texts)
     changes = {
         name: getattr(req, name)
         for name in ("beam", "alpha", "max_len_a", "max_len_b", "min_len")

@@ -75,7 +75,7 @@ async function translate() {
   const [source, target] = $("pair").value.split("-");
   const body = {
     text: lines, source, target, beam: Number($("beam").value),
-    nbest: Number($("nbest").value), attention: true,
+    nbest: Number($("nbest").value), attention: true, split: "sentences",
   };
   const headers = { "Content-Type": "application/json" };
   if (info.api_key_required) headers.Authorization = "Bearer " + $("key").value;
