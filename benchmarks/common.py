@@ -2,23 +2,25 @@
 Marian config), random sentences of ids, the decoding workload, the timing helper, and the
 description of the machine and software they run on.
 
-The scripts import it as `common` (a script's own folder is first on `sys.path`). torch, qkv and
-transformers are imported inside the functions that need them, so a script that only drives
-`python -m qkv` subprocesses stays light and a timed process loads nothing it does not use.
+The scripts import it as `common`: a script's own folder is first on `sys.path`, and the scripts
+of benchmarks/investigations/ put this folder there too. torch, qkv and transformers are imported
+inside the functions that need them, so a script that only drives `python -m qkv` subprocesses
+stays light and a timed process loads nothing it does not use (`timing_helper`: qkv's timing
+helper without the qkv package).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ D_MODEL, HEADS, D_FF, LAYERS = 512, 8, 2048, 6  # LAYERS encoder and LAYERS deco
 UNK, BOS, EOS = 1, 2, 3  # qkv's ids; speed.py's Marian model also puts its pad last (vocab - 1)
 FIRST_WORD = 4  # random words: FIRST_WORD .. vocab - 2, so no special id and no pad (0 or last)
 
-# --- the decoding workload (speed.py's defaults; decode_ab.py uses it as is) ----------------------
+# --- the decoding workload (speed.py's defaults; investigations/decode_ab.py uses it as is) -------
 
 SRC_LEN = 25  # random source tokens per sentence, eos added
 NEW_TOKENS = 30  # every hypothesis is forced to exactly this many tokens (min_len = max_len)
@@ -48,9 +50,17 @@ def base_config(vocab: int = VOCAB, **overrides: Any) -> TransformerConfig:
     ReLU, sinusoidal positions, one shared and tied vocabulary of `vocab` tokens."""
     from qkv import TransformerConfig
 
-    shape = dict(src_vocab_size=vocab, d_model=D_MODEL, n_heads=HEADS, d_ff=D_FF,
-                 n_encoder_layers=LAYERS, n_decoder_layers=LAYERS,
-                 unk_id=UNK, bos_id=BOS, eos_id=EOS)
+    shape = dict(
+        src_vocab_size=vocab,
+        d_model=D_MODEL,
+        n_heads=HEADS,
+        d_ff=D_FF,
+        n_encoder_layers=LAYERS,
+        n_decoder_layers=LAYERS,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
+    )
     return TransformerConfig(**{**shape, **overrides})
 
 
@@ -71,14 +81,28 @@ def marian_config(vocab: int = VOCAB) -> Any:
     start (bos) 2, eos 3."""
     from transformers import MarianConfig
 
-    return MarianConfig(vocab_size=vocab, d_model=D_MODEL, encoder_layers=LAYERS,
-                        decoder_layers=LAYERS, encoder_attention_heads=HEADS,
-                        decoder_attention_heads=HEADS, encoder_ffn_dim=D_FF, decoder_ffn_dim=D_FF,
-                        max_position_embeddings=1024, activation_function="relu", dropout=0.1,
-                        attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
-                        pad_token_id=vocab - 1, eos_token_id=EOS, decoder_start_token_id=BOS,
-                        forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
-                        tie_word_embeddings=True)
+    return MarianConfig(
+        vocab_size=vocab,
+        d_model=D_MODEL,
+        encoder_layers=LAYERS,
+        decoder_layers=LAYERS,
+        encoder_attention_heads=HEADS,
+        decoder_attention_heads=HEADS,
+        encoder_ffn_dim=D_FF,
+        decoder_ffn_dim=D_FF,
+        max_position_embeddings=1024,
+        activation_function="relu",
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        scale_embedding=True,
+        pad_token_id=vocab - 1,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+    )
 
 
 def random_sentences(n: int, words: int, vocab: int = VOCAB, seed: int = 1) -> torch.Tensor:
@@ -94,6 +118,7 @@ def random_sentences(n: int, words: int, vocab: int = VOCAB, seed: int = 1) -> t
 
 # --- timing ---------------------------------------------------------------------------------------
 
+
 def cpu_seconds() -> tuple[float, float]:
     """(busy CPU seconds of the whole machine since boot, CPU seconds of this process, all its
     threads and its child processes, ended or running, such as forked decoding workers). Busy is
@@ -102,7 +127,10 @@ def cpu_seconds() -> tuple[float, float]:
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields)
     busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
     own = os.times()
-    return busy, own.user + own.system + own.children_user + own.children_system + running_children()
+    return (
+        busy,
+        own.user + own.system + own.children_user + own.children_system + running_children(),
+    )
 
 
 def running_children() -> float:
@@ -124,27 +152,42 @@ def running_children() -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def timing_helper() -> ModuleType:
+    """This checkout's timing helper, src/qkv/runtime/timing.py, loaded from its file as module
+    `qkv_timing`: without the qkv package (which imports torch), so that a process timing
+    CTranslate2 loads no torch, and the same helper whichever qkv a script decodes with (an A/B run
+    of investigations/decode_ab.py puts another tree's src first on PYTHONPATH)."""
+    if "qkv_timing" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "src" / "qkv" / "runtime" / "timing.py"
+        spec = importlib.util.spec_from_file_location("qkv_timing", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["qkv_timing"] = module  # before it runs: dataclasses look the module up
+        spec.loader.exec_module(module)
+    return sys.modules["qkv_timing"]
+
+
+def time_calls(run: Callable[[], Any], repeats: int, **options: Any) -> Any:
+    """`qkv.runtime.timing.time_calls` (warm-up calls, then timed rounds; a `Timing` with the
+    median and the best seconds per call), from `timing_helper`."""
+    return timing_helper().time_calls(run, repeats, **options)
+
+
 def timed(run: Callable[[], Any], repeats: int) -> tuple[dict[str, float], Any]:
-    """One warm-up call, then `repeats` timed calls. Returns ({"seconds": the median,
-    "best_seconds": the fastest, "other_cores": ...}, the last call's result).
+    """One warm-up call, then `repeats` timed calls (`qkv.runtime.timing.time_calls`). Returns
+    ({"seconds": the median, "best_seconds": the fastest, "other_cores": ...}, the last call's
+    result).
 
     Other processes make the times noisy: "other_cores" is the machine's busy CPU time minus this
     process's, per second of the timed calls (the cores that others kept busy, on average). A call
     that queues work on a GPU must synchronize before it returns."""
-    result = run()
-    seconds = []
+    run()
     busy, own = cpu_seconds()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        result = run()
-        seconds.append(time.perf_counter() - begin)
-    wall = time.perf_counter() - start
+    timing = time_calls(run, repeats, warmup=0)
     busy_after, own_after = cpu_seconds()
-    others = max(0.0, (busy_after - busy) - (own_after - own)) / wall
-    times = {"seconds": statistics.median(seconds), "best_seconds": min(seconds),
-             "other_cores": others}
-    return times, result
+    others = max(0.0, (busy_after - busy) - (own_after - own)) / timing.wall_seconds
+    times = {"seconds": timing.seconds, "best_seconds": timing.best_seconds, "other_cores": others}
+    return times, timing.result
 
 
 def memory_mb(field: str) -> float:
@@ -160,8 +203,16 @@ def memory_mb(field: str) -> float:
 
 # The instruction sets that select PyTorch's, oneDNN's and CTranslate2's CPU kernels: float32 (avx2,
 # fma, avx512f), bfloat16 (avx512_bf16, amx_bf16) and int8 (avx512_vnni, amx_int8) matrix products.
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16",
-             "amx_int8")
+CPU_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 
 
 def cpu_model() -> str:
@@ -171,8 +222,9 @@ def cpu_model() -> str:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         out = ""
-    names = [line.split(":", 1)[1].strip() for line in out.splitlines()
-             if line.startswith("Model name")]
+    names = [
+        line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")
+    ]
     if not names and Path("/proc/cpuinfo").exists():
         text = Path("/proc/cpuinfo").read_text()
         names = re.findall(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
@@ -216,12 +268,16 @@ def describe(host: dict[str, Any], software: dict[str, str]) -> str:
     flags = host.get("cpu_flags") or {}
     has = " ".join(f for f, present in flags.items() if present) or "none"
     lacks = " ".join(f for f, present in flags.items() if not present)
-    return (f"{host['cpu']}, {host['cores']} cores; CPU flags: {has}"
-            + (f" (not: {lacks})" if lacks else "") + "; "
-            + ", ".join(f"{name} {version}" for name, version in software.items()))
+    return (
+        f"{host['cpu']}, {host['cores']} cores; CPU flags: {has}"
+        + (f" (not: {lacks})" if lacks else "")
+        + "; "
+        + ", ".join(f"{name} {version}" for name, version in software.items())
+    )
 
 
 # --- the command line's scores --------------------------------------------------------------------
+
 
 def parse_scores(text: str) -> dict[str, float]:
     """sacreBLEU lines printed by `qkv evaluate` -> {"bleu", "chrf", "tok_bleu"} (those present)."""

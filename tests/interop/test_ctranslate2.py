@@ -161,9 +161,9 @@ def test_an_imported_opus_mt_model_exports_too(marian_dir: Path, tmp_path: Path)
 
 def test_int8_export_scores_close_to_float32(tokenizers, tmp_path: Path) -> None:
     """int8 weights change the function a little: the log-probs stay close (the demo's exact match is measured
-    by benchmarks/ct2_demo.py). How close depends on CTranslate2's int8 kernels for this CPU: within 0.05 nats
-    with VNNI (AVX512_VNNI or AVX_VNNI), up to 0.75 measured on an AVX2-only CPU, where another random model's
-    log-probs differ from this one's by up to 2.2."""
+    by benchmarks/investigations/ct2_demo.py). How close depends on CTranslate2's int8 kernels for this CPU:
+    within 0.05 nats with VNNI (AVX512_VNNI or AVX_VNNI), up to 0.75 measured on an AVX2-only CPU, where another
+    random model's log-probs differ from this one's by up to 2.2."""
     torch.manual_seed(0)
     tokenizer = tokenizers[True]
     model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=tokenizer.src_vocab_size, dropout=0.0,

@@ -49,6 +49,7 @@ from ..model import (
 from ..model.layers import make_norm
 from ..model.nadaraya_watson import NadarayaWatson, fit_width, toy_regression, toy_target
 from ..model.positions import alibi_slopes, relative_position_bucket
+from ..runtime.timing import time_calls
 from ..train.schedule import lr_multiplier, paper_peak_lr
 
 DPI = 100
@@ -441,18 +442,7 @@ def peak_bytes(fn: Callable[[], object]) -> int:
 
 def best_time(fn: Callable[[], object], repeats: int = 7, min_seconds: float = 0.02) -> float:
     """Seconds per call of fn: the best of `repeats` rounds, each long enough to time."""
-    fn()  # warm up
-    start, calls = time.perf_counter(), 0
-    while calls == 0 or time.perf_counter() - start < min_seconds:
-        fn()
-        calls += 1
-    rounds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        rounds.append((time.perf_counter() - start) / calls)
-    return min(rounds)
+    return time_calls(fn, repeats, min_seconds=min_seconds).best_seconds
 
 
 def attention_cost(

@@ -1,8 +1,8 @@
 """Where a batch-1 decoding step of the base shape goes on this CPU: the linear layers against the
 rest, and the linear layers against what the memory and the matmul kernels allow.
 
-    python benchmarks/step_budget.py              # torch's threads (one per core)
-    python benchmarks/step_budget.py --threads 1
+    python benchmarks/investigations/step_budget.py              # torch's threads (one per core)
+    python benchmarks/investigations/step_budget.py --threads 1
 
 At batch 1 greedy, each decoder step multiplies one row by every weight matrix the step uses (per
 layer: the fused self-attention q, k, v, its output, the cross-attention query and output, the two
@@ -27,34 +27,38 @@ the fixed cost of each call. Four measurements, on the workload of `speed.py`'s 
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import time
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-import common  # benchmarks/common.py (the script's folder is on sys.path)
 from qkv.decode.search import greedy
 from qkv.runtime.packed import PackedLinear
 from qkv.runtime.prepare import prepare_for_decoding
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
+import common
+
 LINEARS = (nn.Linear, PackedLinear, torch.ao.nn.quantized.dynamic.Linear)
 D_MODEL, D_FF = 512, 2048
 # (in, out) of each weight a decoder step multiplies by: 6 layers, then the output projection
-STEP_WEIGHTS = [(D_MODEL, 3 * D_MODEL), (D_MODEL, D_MODEL), (D_MODEL, D_MODEL), (D_MODEL, D_MODEL),
-                (D_MODEL, D_FF), (D_FF, D_MODEL)] * 6 + [(D_MODEL, common.VOCAB)]
+STEP_WEIGHTS = [
+    (D_MODEL, 3 * D_MODEL),
+    (D_MODEL, D_MODEL),
+    (D_MODEL, D_MODEL),
+    (D_MODEL, D_MODEL),
+    (D_MODEL, D_FF),
+    (D_FF, D_MODEL),
+] * 6 + [(D_MODEL, common.VOCAB)]
 
 
 def best_seconds(run: Callable[[], object], repeats: int = 10) -> float:
     """The fastest of `repeats` calls after a warm-up call."""
-    run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return common.time_calls(run, repeats).best_seconds
 
 
 def step_budget(setting: str, src: Tensor) -> str:
@@ -85,22 +89,21 @@ def step_budget(setting: str, src: Tensor) -> str:
     def run() -> None:
         with torch.inference_mode():
             for sentence in src:
-                greedy(model, sentence[None], min_len=common.NEW_TOKENS,
-                       max_len=common.NEW_TOKENS)
+                greedy(model, sentence[None], min_len=common.NEW_TOKENS, max_len=common.NEW_TOKENS)
 
     run()  # warm-up
     spent.update(seconds=0.0, calls=0, bytes=0)
-    start = time.perf_counter()
-    run()
-    seconds = time.perf_counter() - start
+    seconds = common.time_calls(run, 1, warmup=0).seconds
     steps = len(src) * (common.NEW_TOKENS + 1)  # + the step that scores the forced eos
     linear = spent["seconds"] / steps
-    return (f"  {setting:9s} {seconds / steps * 1e3:6.2f} ms/step "
-            f"({len(src) * common.NEW_TOKENS / seconds:5.1f} tokens/s): linear layers "
-            f"{linear * 1e3:5.2f} ms in {spent['calls'] / steps:.1f} calls reading "
-            f"{spent['bytes'] / steps / 1e6:.0f} MB ({spent['bytes'] / steps / linear / 1e9:.1f} "
-            f"GB/s), the rest (the encoder's share included) "
-            f"{(seconds / steps - linear) * 1e3:.2f} ms")
+    return (
+        f"  {setting:9s} {seconds / steps * 1e3:6.2f} ms/step "
+        f"({len(src) * common.NEW_TOKENS / seconds:5.1f} tokens/s): linear layers "
+        f"{linear * 1e3:5.2f} ms in {spent['calls'] / steps:.1f} calls reading "
+        f"{spent['bytes'] / steps / 1e6:.0f} MB ({spent['bytes'] / steps / linear / 1e9:.1f} "
+        f"GB/s), the rest (the encoder's share included) "
+        f"{(seconds / steps - linear) * 1e3:.2f} ms"
+    )
 
 
 def bandwidth() -> str:
@@ -125,6 +128,7 @@ def one_row_products() -> dict[str, str]:
     found = {}
     with torch.inference_mode():
         for name, calls in kernels.items():
+
             def step(calls: list[Callable[[Tensor], Tensor]] = calls) -> None:
                 for call, (i, _) in zip(calls, STEP_WEIGHTS, strict=True):
                     call(rows[i])
@@ -135,24 +139,22 @@ def one_row_products() -> dict[str, str]:
 
 
 def fixed_costs() -> dict[str, float]:
-    """µs per call of one row by a 16 x 16 weight (median of 200 calls of 10)."""
+    """µs per call of one row by a 16 x 16 weight (median of 200 rounds of 10 calls)."""
     layer = nn.Linear(16, 16)
     b, w_t = layer.bias.detach(), layer.weight.detach().t().contiguous()
     int8 = torch.ao.nn.quantized.dynamic.Linear(16, 16)
-    kernels = {"oneDNN packed": PackedLinear(layer, 1),
-               "addmm on W^T": lambda x: torch.addmm(b, x, w_t),
-               "nn.Linear": layer, "int8 dynamic": int8}
+    kernels = {
+        "oneDNN packed": PackedLinear(layer, 1),
+        "addmm on W^T": lambda x: torch.addmm(b, x, w_t),
+        "nn.Linear": layer,
+        "int8 dynamic": int8,
+    }
     x = torch.randn(1, 16)
     found = {}
     with torch.inference_mode():
         for name, call in kernels.items():
-            times = []
-            for _ in range(200):
-                start = time.perf_counter()
-                for _ in range(10):
-                    call(x)
-                times.append((time.perf_counter() - start) / 10)
-            found[name] = statistics.median(times) * 1e6
+            timing = common.time_calls(partial(call, x), 200, warmup=0, calls=10)
+            found[name] = timing.seconds * 1e6
     return found
 
 
@@ -173,8 +175,10 @@ def main() -> None:
     print(f", {bandwidth()} (1 thread)")
     for n in dict.fromkeys((threads, 1)):
         torch.set_num_threads(n)
-        print(f"3. one row by the step's {len(STEP_WEIGHTS)} float32 weights "
-              f"({n} thread{'s' if n > 1 else ''}):")
+        print(
+            f"3. one row by the step's {len(STEP_WEIGHTS)} float32 weights "
+            f"({n} thread{'s' if n > 1 else ''}):"
+        )
         for name, result in one_row_products().items():
             print(f"  {name:14s} {result}")
     print("4. fixed cost per call, one row by a 16 x 16 weight (1 thread):")

@@ -6,26 +6,30 @@ output (512 x 512 each), the FFN (512 x 2048, 2048 x 512); then the output proje
 This times those products alone, on one thread (a worker process's setting), with the kernels
 decoding uses: packed float32 and bf16 (`PackedLinear`) and dynamic int8 (`quantize_int8`).
 
-    python benchmarks/linear_rows.py            # M = 1, 8, 16, 32, 64, 128; medians of 15 steps
+    python benchmarks/investigations/linear_rows.py
 
-Rows per second that grow with M mean the weights' traffic bounds the step; rows per second that
-stop growing mean the kernel's arithmetic does (GFLOP/s printed next to each).
+M = 1, 8, 16, 32, 64, 128; each time is the median of 15 passes after 3 warm-up passes. Rows per
+second that grow with M mean the weights' traffic bounds the step; rows per second that stop
+growing mean the kernel's arithmetic does (GFLOP/s printed next to each).
 """
 
 from __future__ import annotations
 
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
 from torch import nn
 
-import common  # benchmarks/common.py (the script's folder is on sys.path)
 from qkv.runtime.packed import PackedLinear
 from qkv.runtime.quantize import quantize_int8
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
+import common
+
 D, FF = common.D_MODEL, common.D_FF
-SHAPES = [(D, 3 * D), (D, D), (D, D), (D, D), (D, FF), (FF, D)] * common.LAYERS + [(D, common.VOCAB)]
+LAYER = [(D, 3 * D), (D, D), (D, D), (D, D), (D, FF), (FF, D)]  # (in, out) in one decoder layer
+SHAPES = LAYER * common.LAYERS + [(D, common.VOCAB)]
 
 
 def step_layers(kind: str) -> nn.Sequential:
@@ -39,15 +43,13 @@ def step_layers(kind: str) -> nn.Sequential:
 
 def median_step(layers: nn.Sequential, inputs: dict[int, torch.Tensor], repeats: int = 15) -> float:
     """Seconds of one pass over the step's layers, median of `repeats` after 3 warm-up passes."""
-    times = []
+
+    def step() -> None:
+        for layer, (i, _) in zip(layers, SHAPES, strict=True):
+            layer(inputs[i])
+
     with torch.inference_mode():
-        for n in range(3 + repeats):
-            start = time.perf_counter()
-            for layer, (i, _) in zip(layers, SHAPES, strict=True):
-                layer(inputs[i])
-            if n >= 3:
-                times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        return common.time_calls(step, repeats, warmup=3).seconds
 
 
 def main() -> None:
@@ -60,9 +62,11 @@ def main() -> None:
         for rows in (1, 8, 16, 32, 64, 128):
             inputs = {n: torch.randn(rows, n, dtype=dtype) for n in (D, FF)}
             seconds = median_step(layers, inputs)
-            print(f"{kind:5s} rows {rows:4d}  {seconds * 1e3:6.2f} ms a step  "
-                  f"{rows / seconds:7.0f} rows/s  {rows * flop_per_row / seconds / 1e9:5.0f} GFLOP/s",
-                  flush=True)
+            print(
+                f"{kind:5s} rows {rows:4d}  {seconds * 1e3:6.2f} ms a step  "
+                f"{rows / seconds:7.0f} rows/s  {rows * flop_per_row / seconds / 1e9:5.0f} GFLOP/s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The demo model in CTranslate2 with int8 weights: does it keep the demo's exact match?
 
-    python benchmarks/ct2_demo.py                       # trains the demo first (~75 s on 2 cores)
-    python benchmarks/ct2_demo.py --model qkv-demo      # a model directory `qkv demo` wrote
+    python benchmarks/investigations/ct2_demo.py                   # trains the demo first (~75 s)
+    python benchmarks/investigations/ct2_demo.py --model qkv-demo  # a directory `qkv demo` wrote
 
 Exports the demo model with `qkv export ctranslate2 --quantization int8`, translates the demo's
 test numbers (every 1- and 2-digit number, and held-out numbers of 3 to 6 digits) greedily with qkv
@@ -23,7 +23,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="the demo's model directory (default: train one)")
     parser.add_argument("--n-test", type=int, default=500, help="held-out numbers (as qkv demo)")
-    parser.add_argument("--json", default=str(Path(__file__).parent / "results" / "ct2_demo.json"))
+    results = Path(__file__).resolve().parents[1] / "results"  # benchmarks/results
+    parser.add_argument("--json", default=str(results / "ct2_demo.json"))
     args = parser.parse_args()
 
     import ctranslate2
@@ -41,8 +42,14 @@ def main() -> None:
         print(f"training the demo into {model_dir} ...")
         run_demo(model_dir, n_test=args.n_test)
     cfg = demo_config()
-    _, _, test = synthetic_splits(cfg.seed, cfg.synthetic_train, cfg.synthetic_valid, args.n_test,
-                                  target=cfg.synthetic_target, max_value=cfg.synthetic_max_value)
+    _, _, test = synthetic_splits(
+        cfg.seed,
+        cfg.synthetic_train,
+        cfg.synthetic_valid,
+        args.n_test,
+        target=cfg.synthetic_target,
+        max_value=cfg.synthetic_max_value,
+    )
     translator = Translator.load(model_dir)
     start = time.perf_counter()
     ours = translator.translate(test.src, DecodeOptions(beam=1))
@@ -52,10 +59,16 @@ def main() -> None:
     tokenizer = translator.tokenizer
     ct2 = ctranslate2.Translator(str(out), device="cpu", compute_type="int8")
     pieces = tokenizer.tgt_vocabulary()
-    source = [[tokenizer.src_vocabulary()[i] for i in ids] for ids in tokenizer.encode_src(test.src)]
+    source = [
+        [tokenizer.src_vocabulary()[i] for i in ids] for ids in tokenizer.encode_src(test.src)
+    ]
     start = time.perf_counter()
-    results = ct2.translate_batch(source, beam_size=1, max_decoding_length=256,
-                                  suppress_sequences=never_generated(load_model_dir(model_dir), tokenizer))
+    results = ct2.translate_batch(
+        source,
+        beam_size=1,
+        max_decoding_length=256,
+        suppress_sequences=never_generated(load_model_dir(model_dir), tokenizer),
+    )
     ct2_seconds = time.perf_counter() - start
     theirs = tokenizer.decode_tgt([[pieces.index(p) for p in r.hypotheses[0]] for r in results])
 

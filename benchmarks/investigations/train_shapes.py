@@ -1,13 +1,17 @@
-"""Training steps of the multi30k-wide model on random batches, with RSS and the median step time: how the
-allocator and oneDNN's primitive cache behave over batch shapes (docs/benchmarks.md, "Training memory").
+"""Training steps of the multi30k-wide model on random batches: RSS and the median step time.
 
-    python benchmarks/train_shapes.py fixed 14 --tokens 8192          # one shape: 256 x 32 tokens
-    python benchmarks/train_shapes.py varied 160 --tokens 2048        # a new (rows, S, T) nearly every step
-    LD_PRELOAD=libtcmalloc_minimal.so.4 python benchmarks/train_shapes.py fixed 14 --tokens 8192 --glibc default
+How the allocator and oneDNN's primitive cache behave over batch shapes (docs/benchmarks.md,
+"Training memory"):
 
-Freed memory is kept (`keep_freed_memory`, as `qkv train` sets it) unless `--glibc default`; set
-ONEDNN_PRIMITIVE_CACHE_CAPACITY in the environment to try other oneDNN caches. Prints RSS and the median step
-of the last 10 every `--every` steps.
+    python benchmarks/investigations/train_shapes.py fixed 14 --tokens 8192
+    python benchmarks/investigations/train_shapes.py varied 160 --tokens 2048
+    LD_PRELOAD=libtcmalloc_minimal.so.4 \
+        python benchmarks/investigations/train_shapes.py fixed 14 --tokens 8192 --glibc default
+
+"fixed" trains on one shape (256 x 32 tokens at --tokens 8192), "varied" on a new (rows, S, T)
+nearly every step. Freed memory is kept (`keep_freed_memory`, as `qkv train` sets it) unless
+`--glibc default`; set ONEDNN_PRIMITIVE_CACHE_CAPACITY in the environment to try other oneDNN
+caches. Prints RSS and the median step of the last 10 every `--every` steps.
 """
 
 from __future__ import annotations
@@ -62,8 +66,8 @@ def main() -> None:
         times.append(time.perf_counter())
         if step % args.every == 0:
             last = [b - a for a, b in zip(times[-11:-1], times[-10:], strict=True)]
-            print(f"step {step}: RSS {rss_mib():.0f} MiB, median step {statistics.median(last):.2f} s",
-                  flush=True)
+            median = statistics.median(last)
+            print(f"step {step}: RSS {rss_mib():.0f} MiB, median step {median:.2f} s", flush=True)
 
 
 if __name__ == "__main__":

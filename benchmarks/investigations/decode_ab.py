@@ -1,0 +1,142 @@
+"""One decoding setting of the base shape in this process: tokens/s and peak RSS, for A/B runs of
+two trees.
+
+Run it alternately against two checkouts, each in a fresh process, so that only the code differs:
+
+    git worktree add /tmp/before <commit>
+    for i in 1 2; do for tree in /tmp/before/src src; do
+        PYTHONPATH=$tree python benchmarks/investigations/decode_ab.py --search beam --batch 32 \
+            --workers 2 --tag $tree
+    done; done
+
+The same work as the qkv rows of benchmarks/speed.py (benchmarks/common.py defines both): a
+random base-shape model (6 + 6 layers, d_model 512, 8 heads, d_ff 2048, 8k shared vocabulary)
+prepared as `Translator.load` prepares it (`qkv.runtime.prepare.prepare_for_decoding`: packed
+float32 weights on a CPU), random 25-token sources + eos, every hypothesis forced to exactly 30
+tokens; batch 1 decodes 8 sentences one at a time, batch 32 decodes 64 in batches of 32 (on
+`--workers` threads). tokens/s is the median of `--repeats` runs after a warm-up run (the timing
+helper of this checkout, whichever tree PYTHONPATH names); "others' cores" is the CPU that other
+processes used meanwhile (a noisy A/B shows there). `--cache-off` decodes without the decoder cache
+(every step recomputes the prefix). `--profile` prints where the time of one batch goes instead
+(torch.profiler, operators by self time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from qkv.decode.search import beam_search, greedy
+from qkv.runtime.prepare import prepare_for_decoding
+from qkv.runtime.workers import ForkedWorkers, map_in_workers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
+import common
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--search", choices=["greedy", "beam"], default="beam", help="greedy or beam 4"
+    )
+    parser.add_argument("--batch", type=int, choices=[1, 32], default=32)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="batches decoded at once, on worker threads unless --processes",
+    )
+    parser.add_argument(
+        "--processes",
+        choices=["kept", "per-call"],
+        help="workers in forked processes of one thread: forked once and kept "
+        "(`ForkedWorkers`, as a Translator does) or forked for every call",
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch intra-op threads (default: torch's, one per core)"
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="bf16: weights cast once, as `--precision bf16` decodes",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="int8 linear layers, as `--quantize int8` decodes (fp32 otherwise)",
+    )
+    parser.add_argument("--cache-off", action="store_true", help="decode without the decoder cache")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tag", default="", help="a label printed first (which tree this is)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of timing, print torch.profiler's table of one batch",
+    )
+    args = parser.parse_args()
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = prepare_for_decoding(
+        common.base_model().to(args.device),
+        args.device,
+        quantize=args.quantize,
+        precision=args.precision,
+    )
+    n = common.BATCH32_SENTENCES if args.batch == 32 else common.BATCH1_SENTENCES
+    new_tokens, use_cache = common.NEW_TOKENS, not args.cache_off
+    src = common.random_sentences(n, common.SRC_LEN).to(args.device)
+    jobs = [src[i : i + args.batch] for i in range(0, n, args.batch)]
+
+    def one(batch: torch.Tensor) -> list[Any]:
+        if args.search == "greedy":
+            return greedy(model, batch, min_len=new_tokens, max_len=new_tokens, use_cache=use_cache)
+        return beam_search(
+            model, batch, beam=4, min_len=new_tokens, max_len=new_tokens, use_cache=use_cache
+        )
+
+    kept = ForkedWorkers(one, args.workers) if args.processes == "kept" else None
+
+    def run() -> list[Any]:
+        if kept is not None:
+            out = kept.map(jobs)
+        else:
+            out = map_in_workers(one, jobs, args.workers, processes=args.processes == "per-call")
+        if src.is_cuda:
+            torch.cuda.synchronize()
+        return out
+
+    if args.profile:
+        run()  # warm-up
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            one(jobs[0])
+        print(args.tag)
+        print(
+            prof.key_averages().table(
+                sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40
+            )
+        )
+        return
+    times, _ = common.timed(run, args.repeats)
+    processes = f" processes {args.processes}" if args.processes else ""
+    setting = (
+        f"{args.search} b{args.batch} workers {args.workers}{processes} "
+        f"{args.quantize or args.precision}"
+    )
+    print(
+        f"{args.tag}\t{setting}{' cache off' if args.cache_off else ''}"
+        f"\t{n * new_tokens / times['seconds']:.1f} tokens/s"
+        f"\tpeak RSS {common.memory_mb('VmHWM'):.0f} MB"
+        f"\tothers' cores {times['other_cores']:.2f}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
