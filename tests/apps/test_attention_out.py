@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from qkv.apps import cli
 from qkv.apps.cli import main
+from qkv.apps.commands import attention as attention_command
 from sentences import EN  # tests/sentences.py
 
 # a random model rarely stops by itself: a short limit keeps the heatmaps small
@@ -52,7 +52,7 @@ def test_a_rerun_into_the_same_out_is_refused_or_replaces_only_its_own_files(
         raise AssertionError("the model loads before --out is checked")
 
     with monkeypatch.context() as patch:
-        patch.setattr(cli, "_load_translator", no_model)
+        patch.setattr(attention_command, "load_translator", no_model)
         assert attention(model_dir, out, EN[2]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"qkv attention: error: --out {out} is not empty")
@@ -68,4 +68,3 @@ def test_a_rerun_into_the_same_out_is_refused_or_replaces_only_its_own_files(
     assert (out / "notes.txt").read_text() == "mine"
     assert (out / "3" / "photo.png").read_bytes() == b"mine"
     assert not list(out.rglob(".*.tmp"))
-

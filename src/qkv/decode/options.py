@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
 DEFAULT_MAX_LEN_B = 50
@@ -36,19 +36,35 @@ class DecodeOptions:
         temperature, top_k (the k most probable tokens; 0: all) and top_p (the smallest set of most
         probable tokens with mass >= top_p; 1.0: all).
     seed: the sampling draws of the translator's batch i use seed + i (0 <= seed < 2**63).
+
+    Each field's metadata["help"] is its line of help on the command line (`qkv translate -h`).
     """
 
-    beam: int = 4
-    alpha: float = 0.6
-    nbest: int = 1
-    max_len_a: float = 1.0
-    max_len_b: int = DEFAULT_MAX_LEN_B
-    min_len: int = 0
-    sampling: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
+    beam: int = field(default=4, metadata={"help": "beam size; 1 is greedy decoding"})
+    alpha: float = field(
+        default=0.6, metadata={"help": "length penalty ((5 + length) / 6) ** alpha"}
+    )
+    nbest: int = field(
+        default=1, metadata={"help": "hypotheses per sentence, best first (at most the beam)"}
+    )
+    max_len_a: float = field(
+        default=1.0, metadata={"help": "a of the output limit: a * source tokens + b"}
+    )
+    max_len_b: int = field(
+        default=DEFAULT_MAX_LEN_B, metadata={"help": "b of the output limit: a * source tokens + b"}
+    )
+    min_len: int = field(default=0, metadata={"help": "no end of sentence before this many tokens"})
+    sampling: bool = field(
+        default=False, metadata={"help": "sample instead of beam search (one hypothesis)"}
+    )
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    top_k: int = field(
+        default=0, metadata={"help": "sample from the k most probable tokens; 0: all"}
+    )
+    top_p: float = field(
+        default=1.0, metadata={"help": "sample from the smallest set with mass >= p; 1.0: all"}
+    )
+    seed: int = field(default=0, metadata={"help": "sampling seed; batch i draws with seed + i"})
 
     def __post_init__(self) -> None:
         for name in ("beam", "nbest", "max_len_b", "min_len", "top_k", "seed"):

@@ -1,1 +1,30 @@
-"""Models from and to other toolkits: Marian / OPUS-MT import."""
+"""Models from and to other toolkits: Marian / OPUS-MT import, CTranslate2 export.
+
+The formats `qkv convert FORMAT` and `qkv export FORMAT` take are the keys of two registries:
+
+    IMPORTERS   FORMAT -> function(src_dir, out_dir) -> the new qkv model directory
+    EXPORTERS   FORMAT -> function(model_dir, out_dir, quantization) -> the new directory
+    ABOUT       FORMAT -> what the format is, in a few words (the commands' help)
+
+A new format is a module here, its function in IMPORTERS (or EXPORTERS) and a line in ABOUT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from .ctranslate2 import export_ctranslate2
+from .marian import convert_marian
+
+Importer = Callable[[str | Path, str | Path], Path]
+Exporter = Callable[[str | Path, str | Path, str], Path]
+
+IMPORTERS: dict[str, Importer] = {"marian": convert_marian}
+EXPORTERS: dict[str, Exporter] = {"ctranslate2": export_ctranslate2}
+ABOUT: dict[str, str] = {
+    "marian": "OPUS-MT / Hugging Face Marian",
+    "ctranslate2": "a CTranslate2 model",
+}
+
+__all__ = ["ABOUT", "EXPORTERS", "IMPORTERS", "Exporter", "Importer"]

@@ -1,0 +1,147 @@
+"""The arguments several commands take, each declared once.
+
+    add_decoding_arguments(parser, SEARCH)      a flag per named `DecodeOptions` field
+    add_flags(parser, "--device", ...)          flags of FLAGS, as declared there
+    add_flag(parser, "--model", help="...")     one of FLAGS, changed for one command
+    decode_options(args)                        the `DecodeOptions` of the parsed arguments
+
+A decoding flag is a `DecodeOptions` field: `--NAME` ("_" written "-"; `--sample`, a switch, for
+`sampling`), of the field's type, with the field's default (or the command's, as `qkv generate`'s
+GENERATE) and the field's metadata["help"]. `qkv translate` takes every field (ALL); the other
+commands take the groups that apply to them (SEARCH, SAMPLING).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from collections.abc import Iterable
+from typing import Any
+
+from ...decode.options import DecodeOptions
+from ...runtime.precision import PRECISIONS
+from ...runtime.quantize import QUANTIZATIONS
+from ..translator import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS
+
+_FIELDS = {f.name: f for f in dataclasses.fields(DecodeOptions)}
+_TYPES = typing.get_type_hints(DecodeOptions)
+ALL = tuple(_FIELDS)
+SEARCH = ("beam", "alpha", "max_len_a", "max_len_b", "min_len")  # beam search and its limits
+SAMPLING = ("sampling", "temperature", "top_k", "top_p", "seed")
+FLAG_NAMES = {"sampling": "--sample"}  # a field whose flag is not --NAME
+DEFAULT_HELP = "{help} (default: %(default)s)"  # the help of a decoding flag that takes a value
+
+
+def decoding_flag(name: str) -> str:
+    """The flag of the `DecodeOptions` field `name`: `--max-len-b` of max_len_b."""
+    return FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+
+
+def add_decoding_arguments(
+    parser: argparse.ArgumentParser,
+    names: Iterable[str],
+    defaults: DecodeOptions | None = None,
+    template: str = DEFAULT_HELP,
+    helps: dict[str, str] | None = None,
+) -> None:
+    """A flag for each named `DecodeOptions` field, in the order given: its default from
+    `defaults` (default: `DecodeOptions()`), its help the field's (or `helps[name]`) put into
+    `template` ("{help}"; a switch's help is the text alone)."""
+    defaults = DecodeOptions() if defaults is None else defaults
+    for name in names:
+        text = (helps or {}).get(name, _FIELDS[name].metadata["help"])
+        default = getattr(defaults, name)
+        if _TYPES[name] is bool:
+            parser.add_argument(
+                decoding_flag(name), dest=name, action="store_true", default=default, help=text
+            )
+        else:
+            parser.add_argument(
+                decoding_flag(name),
+                dest=name,
+                type=_TYPES[name],
+                default=default,
+                help=template.format(help=text),
+            )
+
+
+def decode_options(args: argparse.Namespace, base: DecodeOptions | None = None) -> DecodeOptions:
+    """The one `DecodeOptions` of the parsed arguments: each field given as an argument of the same
+    name; the others as in `base` (default: `DecodeOptions()`; `evaluate` has no sampling or
+    n-best arguments, so their defaults apply)."""
+    given = {name: getattr(args, name) for name in ALL if hasattr(args, name)}
+    return (DecodeOptions() if base is None else base).replace(**given)
+
+
+FLAGS: dict[str, dict[str, Any]] = {  # flag -> its add_argument keywords
+    "--model": {
+        "required": True,
+        "action": "append",
+        "help": "model directory (config.json, model.safetensors, tokenizer); give it again for "
+        "each further model of an ensemble (same tokenizer): their probabilities are averaged",
+    },
+    "--input": {"help": "UTF-8 text file (.gz allowed); default: stdin"},
+    "--device": {"default": "cpu", "help": "cpu, cuda, cuda:1, mps, ... (default: cpu)"},
+    "--batch-tokens": {
+        "type": int,
+        "default": DEFAULT_BATCH_TOKENS,
+        "help": "most padded source tokens in a batch (default: %(default)s)",
+    },
+    "--max-src-tokens": {
+        "type": int,
+        "default": DEFAULT_MAX_SRC_TOKENS,
+        "help": "longer source lines are truncated, with a warning; learned positions: at most "
+        "max_positions (default: %(default)s)",
+    },
+    "--quantize": {
+        "choices": QUANTIZATIONS,
+        "help": "int8 dynamic quantization of the linear layers (CPU)",
+    },
+    "--precision": {  # --precision and --pack left at auto: measured on this CPU (runtime.choice)
+        "choices": PRECISIONS,
+        "default": "auto",
+        "help": "weights and compute: fp32, bf16, or auto (the faster of the two on this device; "
+        "bf16 only where it is native: AVX512_BF16/AMX CPU, CUDA with bf16) "
+        "(default: %(default)s)",
+    },
+    "--pack": {
+        "action": argparse.BooleanOptionalAction,
+        "default": None,
+        "help": "linear weights packed for oneDNN (--pack) or kept as nn.Linear (--no-pack) "
+        "(default: the faster on this CPU, measured once and cached)",
+    },
+    "--workers": {
+        "type": int,
+        "default": 1,
+        "help": "batches decoded at once: on a CPU, forked processes of one thread each (give as "
+        "many as cores; threads where the system does not fork) (default: %(default)s)",
+    },
+}
+# how a translator is loaded and run: translate, attention, evaluate and serve
+TRANSLATOR_FLAGS = (
+    "--batch-tokens",
+    "--max-src-tokens",
+    "--device",
+    "--quantize",
+    "--precision",
+    "--pack",
+)
+
+
+def add_flag(parser: argparse.ArgumentParser, flag: str, **changes: Any) -> None:
+    """The flag as FLAGS declares it, with `changes` to its keywords (help=..., action=...)."""
+    parser.add_argument(flag, **{**FLAGS[flag], **changes})
+
+
+def add_flags(parser: argparse.ArgumentParser, *flags: str) -> None:
+    """The flags as FLAGS declares them."""
+    for flag in flags:
+        add_flag(parser, flag)
+
+
+def formats_help(formats: Iterable[str]) -> str:
+    """The help of a FORMAT argument: "marian: OPUS-MT / Hugging Face Marian" for each format."""
+    from ...interop import ABOUT
+
+    return "; ".join(f"{name}: {ABOUT[name]}" if name in ABOUT else name for name in formats)

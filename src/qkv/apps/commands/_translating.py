@@ -1,0 +1,74 @@
+"""What the translating commands share: loading the translator their flags describe, and
+translating lines to an output as they are done."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+from ...decode.alignment import format_alignment
+from ...decode.options import DecodeOptions
+from ..translator import Translation, Translator
+from ._io import Output
+
+
+def load_translator(args: argparse.Namespace) -> Translator:
+    """The translator of --model, --device, --max-src-tokens, --quantize, --pack, --precision."""
+    translator = Translator.load(
+        args.model,
+        args.device,
+        args.max_src_tokens,
+        quantize=args.quantize,
+        pack=args.pack,
+        precision=args.precision,
+    )
+    print_decoding_path(translator)
+    return translator
+
+
+def print_decoding_path(translator: Translator) -> None:
+    """On stderr, once: the decoding path chosen (precision, packing) and why."""
+    print(translator.decoding_path, file=sys.stderr)
+
+
+def translate_lines(
+    args: argparse.Namespace,
+    translator: Translator,
+    lines: list[str],
+    options: DecodeOptions,
+    output: Output | None,
+) -> list[Translation]:
+    """Translate `lines` as `options` say, writing each translation to `output` (if any) as soon
+    as it and all before it are done (n-best lists in Moses format with --nbest > 1); log the
+    speed to stderr. Ctrl-C leaves the finished lines written and says how many."""
+    start = time.perf_counter()
+    results: list[Translation] = []
+    stream = translator.translate_stream(
+        lines,
+        options,
+        alignment=getattr(args, "alignment", False),
+        batch_tokens=args.batch_tokens,
+        workers=args.workers,
+    )
+    try:
+        for i, r in enumerate(stream):
+            results.append(r)
+            if output is None:
+                continue
+            if options.nbest > 1:  # Moses n-best format: "line index ||| translation ||| score"
+                output.write([f"{i} ||| {text} ||| {score:.4f}" for text, score in r.nbest])
+            elif r.alignment is not None:  # --alignment: "translation<TAB>0-0 1-2 2-1"
+                output.write([f"{r.text}\t{format_alignment(r.alignment)}"])
+            else:
+                output.write([r.text])
+    except KeyboardInterrupt:
+        done = f"{len(results)} of {len(lines)} translations"
+        where = "" if output is None else f" written to {output.name}"
+        raise KeyboardInterrupt(f"{done}{where}") from None
+    seconds = max(time.perf_counter() - start, 1e-9)
+    n_tokens = sum(len(r.tokens) for r in results)
+    speed = f"{len(lines) / seconds:.1f} lines/s, {n_tokens / seconds:.0f} tokens/s"
+    logging.getLogger("qkv").info(f"translated {len(lines)} lines in {seconds:.1f} s ({speed})")
+    return results

@@ -1,0 +1,30 @@
+"""`qkv export FORMAT`: write a model directory in another toolkit's format; the formats are
+`qkv.interop.EXPORTERS`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ...interop import EXPORTERS
+from ...interop.ctranslate2 import QUANTIZATIONS
+from ._flags import formats_help
+
+HELP = "write a model directory in another toolkit's format"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("format", choices=sorted(EXPORTERS), help=formats_help(EXPORTERS))
+    parser.add_argument("model_dir", help="a qkv model directory (an encoder-decoder Transformer)")
+    parser.add_argument("--out", required=True, help="the new CTranslate2 model directory")
+    parser.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default="float32",
+        help="weight type of the exported model (default: %(default)s)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    out = EXPORTERS[args.format](args.model_dir, args.out, args.quantization)
+    print(f"exported {args.model_dir} to {out} for CTranslate2; how to call it: {out}/README.md")
+    return 0

@@ -1,0 +1,44 @@
+"""`qkv translate`: lines of stdin or --input translated to stdout, one line per line."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..translator import check_device
+from ._flags import ALL, TRANSLATOR_FLAGS, add_decoding_arguments, add_flags, decode_options
+from ._io import Output, read_input_lines
+from ._translating import load_translator, translate_lines
+
+HELP = "translate lines from stdin or --input to stdout, one line per line"
+DESCRIPTION = (
+    "Translate text: one output line per input line (an empty line gives an empty line), written "
+    "in input order as soon as it and the lines before it are done. A byte order mark at the "
+    "start of the input is dropped. Beam search by default; --sample draws tokens instead."
+)
+NBEST_HELP = (
+    "with N > 1, write the N best as 'line ||| translation ||| score' (Moses n-best format)"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, "--model", "--input")
+    add_decoding_arguments(parser, ALL, helps={"nbest": NBEST_HELP})
+    parser.add_argument(
+        "--alignment",
+        action="store_true",
+        help="after a tab, the hard word alignment of each translation from the last layer's "
+        "cross-attention: 'src-tgt' pairs of 0-based whitespace words (fast_align / Marian)",
+    )
+    add_flags(parser, *TRANSLATOR_FLAGS, "--workers")
+
+
+def run(args: argparse.Namespace) -> int:
+    options = decode_options(args)
+    if args.alignment and options.nbest > 1:
+        raise ValueError("--alignment writes the best translation's alignment; use --nbest 1")
+    check_device(args.device)
+    lines = read_input_lines(args.input)
+    output = Output()
+    translator = load_translator(args)
+    translate_lines(args, translator, lines, options, output)
+    return 0
