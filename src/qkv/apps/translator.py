@@ -40,6 +40,8 @@ from ..decode.alignment import hard_alignment
 from ..decode.ensemble import Ensemble
 from ..decode.options import DecodeOptions
 from ..decode.search import Abandoned, Hypothesis, attention_weights, run
+from ..interop.hub import PREFIX as HUB_PREFIX
+from ..interop.hub import model_directory
 from ..model import AttentionWeights, Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import load_model_dir
@@ -153,7 +155,8 @@ class Translator:
         precision: str = "auto",
     ) -> Translator:
         """Load a model directory written by `save_model_dir` (weights, config and tokenizer), or a
-        list of them as an `Ensemble` (their tokenizers must be the same).
+        list of them as an `Ensemble` (their tokenizers must be the same). "hf:ORG/NAME[@REV]"
+        names a Marian model on the Hugging Face Hub, converted once (`interop.hub`).
 
         quantize="int8": int8 dynamic quantization of the linear layers, for the CPU
         (`runtime.quantize`). pack: linear weights packed for oneDNN (`runtime.packed`) or plain.
@@ -165,6 +168,7 @@ class Translator:
         directories = list(directory) if isinstance(directory, list | tuple) else [directory]
         if not directories:
             raise ValueError("no model directory given: Translator.load needs at least one")
+        directories = [resolve_model(d) for d in directories]
         device = check_device(device)
         models = []
         for d in directories:
@@ -526,6 +530,13 @@ def _chunks(ids: list[list[int]], chunk_tokens: float) -> Iterator[tuple[int, in
         tokens += size
     if start < len(ids):
         yield start, len(ids)
+
+
+def resolve_model(directory: str | os.PathLike[str]) -> str | os.PathLike[str]:
+    """A model directory as given, or the converted directory of a Hub name ("hf:ORG/NAME")."""
+    if isinstance(directory, str) and directory.startswith(HUB_PREFIX):
+        return model_directory(directory)
+    return directory
 
 
 def check_device(device: str | torch.device) -> torch.device:

@@ -15,15 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .ctranslate2 import export_ctranslate2
-from .marian import convert_marian
+from .hub import convert_marian_named
 
 Importer = Callable[[str | Path, str | Path], Path]
 Exporter = Callable[[str | Path, str | Path, str], Path]
 
-IMPORTERS: dict[str, Importer] = {"marian": convert_marian}
+IMPORTERS: dict[str, Importer] = {"marian": convert_marian_named}
 EXPORTERS: dict[str, Exporter] = {"ctranslate2": export_ctranslate2}
 ABOUT: dict[str, str] = {
-    "marian": "OPUS-MT / Hugging Face Marian",
+    "marian": "OPUS-MT / Hugging Face Marian: a directory, or a Hub name ORG/NAME",
     "ctranslate2": "a CTranslate2 model",
 }
 

@@ -468,10 +468,11 @@ def marian_tokenizer(directory: str | Path, decoder_start_id: int) -> SubwordTok
     return SubwordTokenizer(protos[0], protos[1], config)
 
 
-def convert_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
+def convert_marian(src_dir: str | Path, out_dir: str | Path, origin: str | None = None) -> Path:
     """Write the qkv model directory of the Hugging Face Marian directory `src_dir` to `out_dir`
     (see the module docstring), with the languages of tokenizer_config.json (source_lang,
-    target_lang) when it names both; a ValueError names what cannot be imported."""
+    target_lang) when it names both; a ValueError names what cannot be imported. config.json
+    records where it came from: `origin`, else the directory's name."""
     src_dir, out_dir = Path(src_dir), Path(out_dir)
     if not src_dir.is_dir():
         raise ValueError(f"{src_dir} is not a directory")
@@ -507,7 +508,7 @@ def convert_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     if None in languages.values():  # recorded only when both are known
         languages = {}
     return save_model_dir(
-        out_dir, model, tokenizer, imported_from=f"marian: {src_dir.name}", **languages
+        out_dir, model, tokenizer, imported_from=f"marian: {origin or src_dir.name}", **languages
     )
 
 

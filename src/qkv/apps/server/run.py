@@ -26,7 +26,7 @@ from fastapi import FastAPI
 
 from ...decode.options import DecodeOptions
 from ...modeldir import load_languages
-from ..translator import DEFAULT_MAX_SRC_TOKENS, Translator
+from ..translator import DEFAULT_MAX_SRC_TOKENS, Translator, resolve_model
 from .service import ServedModel, Stopped
 
 log = logging.getLogger("qkv.serve")
@@ -57,7 +57,8 @@ def load_models(
             "(in the same order), or none"
         )
     models = []
-    for i, directory in enumerate(directories):
+    for i, given in enumerate(directories):
+        directory = resolve_model(given)
         pair = parse_pair(pairs[i]) if pairs else load_languages(directory)
         if pair is None:
             raise ValueError(
