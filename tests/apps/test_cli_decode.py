@@ -46,6 +46,22 @@ def test_translate_keeps_one_line_per_line(model_dir: Path, monkeypatch: pytest.
     assert outputs == [e.replace("\n", " ").replace("\r", " ") for e in expected]
 
 
+def test_translate_split_sentences_and_html(model_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """--split sentences: each line's sentences translated and the line written back with its own
+    spacing; --format html: the document's text translated, its markup kept."""
+    t = Translator.load(model_dir).translate(EN[:3], FAST_OPTIONS)
+    set_stdin(monkeypatch, f"{EN[0]}  {EN[1]}\n\n{EN[2]}\n")
+    assert main(["translate", "--model", str(model_dir), *FAST, "--split", "sentences"]) == 0
+    assert capsys.readouterr().out == f"{t[0]}  {t[1]}\n\n{t[2]}\n"
+    set_stdin(monkeypatch, f'<p class="x">{EN[0]} <b>{EN[1]}</b></p>\n<pre>{EN[2]}</pre>\n')
+    assert main(["translate", "--model", str(model_dir), *FAST, "--format", "html"]) == 0
+    assert capsys.readouterr().out == f'<p class="x">{t[0]} <b>{t[1]}</b></p>\n<pre>{EN[2]}</pre>\n'
+    set_stdin(monkeypatch, "a\n")
+    assert main(["translate", "--model", str(model_dir), "--split", "sentences", "--nbest", "2"]) == 2
+    assert "use --split lines" in capsys.readouterr().err
+
+
 def test_translate_input_file_nbest(model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "in.txt").write_text(f"{ZH[0]}\n\n{EN[1]}\n", encoding="utf-8")
     args = ["translate", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), *FAST]

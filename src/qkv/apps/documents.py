@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import sentencex
 
 LINE_BREAK = re.compile(r"(\r\n|\n|\r)")
+SPLITS = ("sentences", "lines")  # the ways to cut a text: `split_sentences`, `split_lines`
 
 
 @dataclass(frozen=True)
@@ -90,4 +91,4 @@ def _chunks(text: str, segment: Callable[[str], list[str]]) -> list[str]:
     return chunks
 
 
-__all__ = ["Pieces", "split_lines", "split_sentences"]
+__all__ = ["SPLITS", "Pieces", "split_lines", "split_sentences"]

@@ -44,7 +44,7 @@ from ..interop.hub import PREFIX as HUB_PREFIX
 from ..interop.hub import model_directory
 from ..model import AttentionWeights, Transformer
 from ..model.rnn import RNNSearch
-from ..modeldir import load_model_dir
+from ..modeldir import load_languages, load_model_dir
 from ..runtime.choice import choose_decoding_path
 from ..runtime.prepare import prepare_for_decoding
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
@@ -143,6 +143,7 @@ class Translator:
             raise ValueError(f"max_src_tokens must be >= 2 (a token and eos), got {max_src_tokens}")
         self._workers: ForkedWorkers | None = None  # forked at the first call with workers > 1
         self.decoding_path = "decoding path: as given"  # `load` says what it chose and why
+        self.languages: tuple[str, str] | None = None  # (source, target), where recorded
 
     @classmethod
     def load(
@@ -193,6 +194,7 @@ class Translator:
         model = models[0] if len(models) == 1 else Ensemble(models).eval()
         translator = cls(model, tokenizer, max_src_tokens)
         translator.decoding_path = why
+        translator.languages = load_languages(directories[0])
         return translator
 
     @property

@@ -10,6 +10,8 @@ import time
 
 from ...decode.alignment import format_alignment
 from ...decode.options import DecodeOptions
+from ..documents import split_sentences
+from ..html import HtmlDocument
 from ..translator import Translation, Translator
 from ._io import Output
 
@@ -72,3 +74,41 @@ def translate_lines(
     speed = f"{len(lines) / seconds:.1f} lines/s, {n_tokens / seconds:.0f} tokens/s"
     logging.getLogger("qkv").info(f"translated {len(lines)} lines in {seconds:.1f} s ({speed})")
     return results
+
+
+def translate_paragraphs(
+    args: argparse.Namespace,
+    translator: Translator,
+    lines: list[str],
+    options: DecodeOptions,
+    output: Output,
+) -> None:
+    """Each line cut into its sentences (`documents.split_sentences`, in the model's source
+    language), translated, and written back as one line with its own spacing, in order."""
+    pieces = [split_sentences(line, source_language(translator)) for line in lines]
+    sentences = [s for p in pieces for s in p.sentences]
+    stream = translator.translate_stream(
+        sentences, options, batch_tokens=args.batch_tokens, workers=args.workers
+    )
+    for p in pieces:
+        output.write([p.join([next(stream).text for _ in p.sentences])])
+
+
+def translate_html(
+    args: argparse.Namespace,
+    translator: Translator,
+    lines: list[str],
+    options: DecodeOptions,
+    output: Output,
+) -> None:
+    """The input as one HTML document, written back with its text translated (`apps.html`)."""
+    page = HtmlDocument("\n".join(lines), source_language(translator))
+    done = translator.translate(
+        page.sentences, options, batch_tokens=args.batch_tokens, workers=args.workers
+    )
+    output.write(page.join(done).split("\n"))
+
+
+def source_language(translator: Translator) -> str:
+    """The source language the model records, for the sentence splitter ("en" rules if none)."""
+    return translator.languages[0] if translator.languages else "en"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..documents import SPLITS
 from ..server.limits import Limits
 from ..translator import check_device
 from ._flags import TRANSLATOR_FLAGS, add_decoding_arguments, add_flag, add_flags, decode_options
@@ -71,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--no-batching", action="store_true", help="decode one request at a time (to compare)"
+    )
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default=SPLITS[0],
+        help="how /translate cuts a text: the sentences of each line, or each line whole "
+        "(%(default)s)",
     )
     add_flags(parser, *TRANSLATOR_FLAGS)
     parser.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
@@ -146,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         batch_tokens=args.batch_tokens,
         batching=not args.no_batching,
         cors_origins=args.cors,
+        split=args.split,
     )
     print(f"qkv serve: {', '.join(m.pair for m in models)}", flush=True)
     lost = serve(app, args.host, args.port, grace=args.grace, access_log=args.access_log)

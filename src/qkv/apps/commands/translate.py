@@ -7,7 +7,7 @@ import argparse
 from ..translator import check_device
 from ._flags import ALL, TRANSLATOR_FLAGS, add_decoding_arguments, add_flags, decode_options
 from ._io import Output, read_input_lines
-from ._translating import load_translator, translate_lines
+from ._translating import load_translator, translate_html, translate_lines, translate_paragraphs
 
 HELP = "translate lines from stdin or --input to stdout, one line per line"
 DESCRIPTION = (
@@ -29,6 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after a tab, the hard word alignment of each translation from the last layer's "
         "cross-attention: 'src-tgt' pairs of 0-based whitespace words (fast_align / Marian)",
     )
+    parser.add_argument(
+        "--split",
+        choices=["lines", "sentences"],
+        default="lines",
+        help="sentences: cut each line into its sentences, translate each, and write the line "
+        "again with its own spacing (default: each line is one sentence)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=["text", "html"],
+        default="text",
+        help="html: the input is one HTML document, written back with its text translated and "
+        "its markup kept",
+    )
     add_flags(parser, *TRANSLATOR_FLAGS, "--workers")
 
 
@@ -36,9 +50,17 @@ def run(args: argparse.Namespace) -> int:
     options = decode_options(args)
     if args.alignment and options.nbest > 1:
         raise ValueError("--alignment writes the best translation's alignment; use --nbest 1")
+    whole = args.split == "sentences" or args.format == "html"
+    if whole and (args.alignment or options.nbest > 1):
+        raise ValueError("--alignment and --nbest take one sentence per line: use --split lines")
     check_device(args.device)
     lines = read_input_lines(args.input)
     output = Output()
     translator = load_translator(args)
-    translate_lines(args, translator, lines, options, output)
+    if args.format == "html":
+        translate_html(args, translator, lines, options, output)
+    elif args.split == "sentences":
+        translate_paragraphs(args, translator, lines, options, output)
+    else:
+        translate_lines(args, translator, lines, options, output)
     return 0

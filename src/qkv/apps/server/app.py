@@ -58,14 +58,18 @@ def create_app(
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     batching: bool = True,
     cors_origins: list[str] | None = None,
+    split: str = "sentences",
 ) -> FastAPI:
     """The server for these models. options: the decoding defaults (LibreTranslate requests use
     them as they are; native requests override fields). max_wait, batch_tokens, batching: see
     `Batcher`. cors_origins: web pages of these origins ("*": any) may call the APIs from a
-    browser, as LibreTranslate's web clients do; none by default."""
+    browser, as LibreTranslate's web clients do; none by default. split: how /translate cuts a
+    text, "sentences" (of each line) or "lines"."""
     limits = limits or Limits()
     options = options or DecodeOptions()
-    svc = Service.create(models, limits, options, api_key, max_wait, batch_tokens, batching)
+    svc = Service.create(
+        models, limits, options, api_key, max_wait, batch_tokens, batching, split
+    )
     app = FastAPI(
         title="qkv",
         summary="Translation with a Transformer: LibreTranslate-compatible and native APIs",

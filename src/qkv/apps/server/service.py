@@ -29,13 +29,13 @@ from fastapi import Request
 
 from ...data.tokenizer import check_unicode
 from ...decode.options import DecodeOptions
+from ..documents import SPLITS
 from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
 from .batcher import Batcher, Job, QueueFull
 from .files import FileStore
 from .limits import Limits
 from .metrics import Metrics
 
-SPLITS = ("sentences", "lines")  # how /translate cuts a text into what it decodes (Service.split)
 DISCONNECT_POLL = 0.25  # seconds between checks that a waiting request's client is still there
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "digits": "Digits", "en": "English",
