@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from qkv import DecoderOnly, Transformer
 from qkv.decode import attention_weights, beam_search, filter_logits, greedy, length_penalty, sample
-from qkv.decode.search import Hypothesis, _in_place_order
+from qkv.decode.search import BeamStep, Hypothesis, _in_place_order
 from qkv.model import AttentionWeights, padding_mask
 from tiny_models import V, batch, random_sources, tiny_config, tiny_model
 
@@ -67,6 +67,28 @@ def test_beam_search_matches_the_hand_computation(alpha: float) -> None:
         assert h.score == pytest.approx(math.log(p) / ((5 + len(h.tokens) + 1) / 6) ** alpha, abs=1e-5)
     (g,) = greedy(model, src, alpha=alpha, use_cache=False)
     assert g.tokens == [A, A] and g.logprob == pytest.approx(math.log(0.6 * 0.4 * 0.5), abs=1e-5)
+
+
+def test_the_trace_shows_the_hand_computation_step_by_step() -> None:
+    """The worked example, as `trace` sees it: step 0 ranks A (.6) over B (.4) and keeps both;
+    step 1 ranks B.eos (.36), AA (.24), AB (.21), A.eos (.15): B.eos ends, AA and AB are kept;
+    step 2 ends AB.eos (.126) and AA.eos (.12), with their length-penalised scores."""
+    steps: list[BeamStep] = []
+    model = TableModel(TABLE).eval()
+    hyps = beam_search(model, torch.tensor([[7, 8, EOS]]), beam=2, alpha=1.0, nbest=2,
+                       use_cache=False, trace=steps.append)[0]
+    assert [(s.step, s.sentence) for s in steps] == [(0, 0), (1, 0), (2, 0)]
+    first, second, third = steps
+    assert [(c, round(math.exp(p), 4)) for c, p in first.candidates[:2]] == [([A], 0.6), ([B], 0.4)]
+    assert [c for c, _ in first.kept] == [[A], [B]] and first.ended == []
+    ranked = [(c, round(math.exp(p), 4)) for c, p in second.candidates[:4]]
+    assert ranked == [([B, EOS], 0.36), ([A, A], 0.24), ([A, B], 0.21), ([A, EOS], 0.15)]
+    assert [h.tokens for h in second.ended] == [[B]]
+    assert [c for c, _ in second.kept] == [[A, A], [A, B]]
+    assert sorted(h.tokens for h in third.ended) == [[A, A], [A, B]]
+    for h in third.ended:
+        assert h.score == pytest.approx(h.logprob / length_penalty(len(h.tokens) + 1, 1.0))
+    assert [h.tokens for h in hyps] == [[B], [A, B]]
 
 
 EARLY_ENDINGS = {  # beam 2: two poor endings ([] .06, [A] .027) are found before the best one, [A, A] (.77)

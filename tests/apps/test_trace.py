@@ -1,0 +1,36 @@
+"""The decoding trace: its best finished hypothesis is the translation (text and score), beam 1
+traces greedy decoding, the kept hypotheses are candidates of their step, and the printed trace
+names what ended with its length-penalised score."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qkv.apps.trace import format_trace, trace_translation
+from qkv.apps.translator import Translator
+from qkv.decode.options import DecodeOptions
+from sentences import EN  # tests/sentences.py
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_trace_ends_in_the_translation(model_dir: Path, beam: int) -> None:
+    translator = Translator.load(model_dir)
+    options = DecodeOptions(beam=beam, max_len_b=8, min_len=2)
+    steps = trace_translation(translator, EN[0], options)
+    [want] = translator.translate_detailed([EN[0]], options)
+    finished = [h for s in steps for h in s.ended]
+    best = max(finished, key=lambda h: h.score)
+    assert translator.tokenizer.decode_tgt([best.tokens])[0] == want.text
+    assert best.score == pytest.approx(want.score, abs=1e-5)
+    for s in steps:
+        assert len(s.kept) <= beam and all(k in s.candidates for k in s.kept)
+    text = format_trace(steps, translator, options)
+    assert text.count("\nstep ") == len(steps) and "ended  score" in text
+    assert f"finished hypotheses, best score first:\n  {best.score:8.3f}" in text
+
+
+def test_sampling_is_not_traced(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="greedy and beam search"):
+        trace_translation(Translator.load(model_dir), EN[0], DecodeOptions(sampling=True, nbest=1))
