@@ -8,14 +8,21 @@ import pytest
 import torch
 from torch import nn
 
-from qkv.model import MultiHeadedAttention, per_head_attention, scaled_dot_product_attention
+from qkv.model import (
+    MultiHeadedAttention,
+    attention,
+    per_head_attention,
+    scaled_dot_product_attention,
+)
 from qkv.model.attention import AdditiveScore, BilinearScore, softmax_attention
 from qkv.model.masks import padding_mask
 
 B, T, S, D, H = 3, 5, 7, 32, 4
 
 
-def hand_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+def hand_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None
+) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_k)) V with explicit loops and exp, in float64."""
     q, k, v = q.double(), k.double(), v.double()
     out = torch.zeros(*q.shape[:-1], v.size(-1), dtype=torch.float64)
@@ -69,7 +76,9 @@ def test_multi_head_attention_equals_torch(cross: bool, with_padding: bool) -> N
     mask = padding_mask(ids, 0)  # (B, 1, 1, S), True = may attend
     out, w = ours(x, mem if cross else None, mask=mask, need_weights=True)
     fast, _ = ours(x, mem if cross else None, mask=mask)
-    ref_out, ref_w = ref(x, mem, mem, key_padding_mask=(ids == 0), need_weights=True, average_attn_weights=True)
+    ref_out, ref_w = ref(
+        x, mem, mem, key_padding_mask=(ids == 0), need_weights=True, average_attn_weights=True
+    )
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fast, ref_out, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(w.mean(dim=1), ref_w, atol=1e-6, rtol=1e-5)
@@ -83,8 +92,9 @@ def test_per_head_reference_equals_fused(n_kv_heads: int) -> None:
     ids = torch.ones(B, S, dtype=torch.long)
     ids[1, 3:] = 0
     mask = padding_mask(ids, 0)
-    torch.testing.assert_close(cross(x, mem, mask=mask)[0], per_head_attention(cross, x, mem, mask), atol=1e-5,
-                               rtol=1e-5)
+    torch.testing.assert_close(
+        cross(x, mem, mask=mask)[0], per_head_attention(cross, x, mem, mask), atol=1e-5, rtol=1e-5
+    )
     torch.testing.assert_close(ours(x)[0], per_head_attention(ours, x), atol=1e-5, rtol=1e-5)
 
 
@@ -96,7 +106,14 @@ def test_grouped_query_equals_full_heads_with_shared_kv() -> None:
     with torch.no_grad():
         wq, wk, wv = gqa.in_proj.weight.split([D, 2 * Dh, 2 * Dh])
         bq, bk, bv = gqa.in_proj.bias.split([D, 2 * Dh, 2 * Dh])
-        dup = lambda t: t.view(2, Dh, *t.shape[1:]).repeat_interleave(2, dim=0).reshape(4 * Dh, *t.shape[1:])  # noqa: E731
+
+        def dup(t: torch.Tensor) -> torch.Tensor:
+            return (
+                t.view(2, Dh, *t.shape[1:])
+                .repeat_interleave(2, dim=0)
+                .reshape(4 * Dh, *t.shape[1:])
+            )
+
         full.in_proj.weight.copy_(torch.cat([wq, dup(wk), dup(wv)]))
         full.in_proj.bias.copy_(torch.cat([bq, dup(bk), dup(bv)]))
         full.out_proj.load_state_dict(gqa.out_proj.state_dict())
@@ -123,6 +140,32 @@ def test_score_functions_reduce_to_known_cases() -> None:
     assert not torch.allclose(hotter(x)[0], scaled(x)[0], atol=1e-4)
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_the_readable_path_is_the_paper_literal_function(
+    monkeypatch: pytest.MonkeyPatch, need_weights: bool
+) -> None:
+    """With the fused kernel off (or the weights asked for), `attend` runs `scaled_dot_product_attention`, the
+    paper's equation as written, once per call, with the temperature in its scale."""
+    calls: list[float | None] = []
+    literal = attention.scaled_dot_product_attention
+
+    def counted(*args, **kwargs):
+        calls.append(args[6] if len(args) > 6 else kwargs.get("scale"))
+        return literal(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "scaled_dot_product_attention", counted)
+    mha = MultiHeadedAttention(D, H, temperature=2.0).eval()
+    x = torch.randn(B, T, D)
+    fused, _ = mha(x)
+    assert calls == []
+    mha.fused = (
+        need_weights  # readable either way: the kernel switched off, or the weights asked for
+    )
+    readable, _ = mha(x, need_weights=need_weights)
+    assert calls == [pytest.approx((D // H) ** -0.5 / 2.0)]
+    torch.testing.assert_close(readable, fused, atol=1e-5, rtol=1e-5)
+
+
 def test_additive_score_matches_float64_loop() -> None:
     score = AdditiveScore(n_heads=2, d_head=3)
     q, k = torch.randn(1, 2, 2, 3), torch.randn(1, 2, 4, 3)
@@ -131,7 +174,9 @@ def test_additive_score_matches_float64_loop() -> None:
     for h in range(2):
         for i in range(2):
             for j in range(4):
-                expected = v[h] @ torch.tanh(q[0, h, i].double() @ wq[h] + k[0, h, j].double() @ wk[h])
+                expected = v[h] @ torch.tanh(
+                    q[0, h, i].double() @ wq[h] + k[0, h, j].double() @ wk[h]
+                )
                 assert abs(float(got[0, h, i, j] - expected)) < 1e-5
 
 

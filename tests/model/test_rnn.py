@@ -17,8 +17,15 @@ V = 23
 
 def tiny_rnn(**overrides: object) -> RNNSearch:
     torch.manual_seed(0)
-    cfg = TransformerConfig.preset("tiny", arch="rnn", src_vocab_size=V, d_model=16, n_encoder_layers=2,
-                                   n_decoder_layers=2, **overrides)
+    cfg = TransformerConfig.preset(
+        "tiny",
+        arch="rnn",
+        src_vocab_size=V,
+        d_model=16,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        **overrides,
+    )
     return RNNSearch(cfg).eval()
 
 
@@ -50,7 +57,10 @@ def test_attention_and_decoder_equal_a_float64_hand_computation() -> None:
         memory = model.encode(src).double()  # (B, S, D)
     (maps,) = weights.cross  # (B, 1, T, S)
     dec = model.decoder
-    w_q, w_k, v = (p[0].double() for p in (dec.attention.score.w_q, dec.attention.score.w_k, dec.attention.score.v))
+    w_q, w_k, v = (
+        p[0].double()
+        for p in (dec.attention.score.w_q, dec.attention.score.w_k, dec.attention.score.v)
+    )
     emb = model.decoder.embedding
     for b in range(3):
         length = int((src[b] != 0).sum())
@@ -58,7 +68,9 @@ def test_attention_and_decoder_equal_a_float64_hand_computation() -> None:
         init = torch.tanh(dec.init_state.weight.double() @ h.mean(0) + dec.init_state.bias.double())
         states = list(init.view(2, 16))
         for t in range(4):
-            e = torch.stack([v @ torch.tanh(w_q.T @ states[-1] + w_k.T @ h[j]) for j in range(length)])
+            e = torch.stack(
+                [v @ torch.tanh(w_q.T @ states[-1] + w_k.T @ h[j]) for j in range(length)]
+            )
             a = e.softmax(0)
             torch.testing.assert_close(maps[b, 0, t, :length].double(), a, atol=1e-6, rtol=1e-5)
             assert bool((maps[b, 0, t, length:] == 0).all())  # padding gets nothing
@@ -68,7 +80,10 @@ def test_attention_and_decoder_equal_a_float64_hand_computation() -> None:
             for layer, cell in enumerate(dec.cells):
                 states[layer] = gru_cell(cell, inp, states[layer])
                 inp = states[layer]
-            o = torch.tanh(dec.output.weight.double() @ torch.cat([states[-1], c, y]) + dec.output.bias.double())
+            o = torch.tanh(
+                dec.output.weight.double() @ torch.cat([states[-1], c, y])
+                + dec.output.bias.double()
+            )
             want = model.output_projection.weight.double() @ o
             torch.testing.assert_close(logits[b, t].double(), want, atol=1e-5, rtol=1e-4)
 
@@ -82,6 +97,21 @@ def test_the_score_is_qkvs_additive_score() -> None:
     _, a = attention(q, attention.project_keys(h), h, mask)
     scores = attention.score(q[:, None, None, :], h[:, None])  # (B, 1, 1, S)
     torch.testing.assert_close(a, scores[:, 0, 0].softmax(-1))
+
+
+def test_a_source_row_without_tokens_gets_zero_weights() -> None:
+    """The masking of `softmax_attention` (finite scores at masked keys, then zeroed weights): a row whose keys
+    are all masked gets zero weights and a zero context, not NaN, and the other rows are unchanged."""
+    attention = tiny_rnn().decoder.attention
+    q, h = torch.randn(3, 16), torch.randn(3, 7, 16)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[1] = False
+    mask[2, 4:] = False
+    with torch.no_grad():
+        context, a = attention(q, attention.project_keys(h), h, mask)
+    assert torch.all(a[1] == 0) and torch.all(context[1] == 0)
+    assert torch.all(a[2, 4:] == 0) and torch.isfinite(context).all()
+    torch.testing.assert_close(a.sum(-1), torch.tensor([1.0, 0.0, 1.0]))
 
 
 def test_the_encoder_ignores_padding() -> None:
@@ -104,24 +134,33 @@ def test_cached_decoding_equals_recomputation() -> None:
     decoder with the cache gives the teacher-forced logits."""
     model = tiny_rnn()
     src = sources()
-    for search in (greedy, lambda m, s, **kw: beam_search(m, s, beam=4, nbest=4, **kw),
-                   lambda m, s, **kw: sample(m, s, top_p=0.9, seed=3, **kw)):
+    for search in (
+        greedy,
+        lambda m, s, **kw: beam_search(m, s, beam=4, nbest=4, **kw),
+        lambda m, s, **kw: sample(m, s, top_p=0.9, seed=3, **kw),
+    ):
         cached = search(model, src, max_len=9)
         recomputed = search(model, src, max_len=9, use_cache=False)
         ids = [[h.tokens for h in r] if isinstance(r, list) else r.tokens for r in cached]
-        assert ids == [[h.tokens for h in r] if isinstance(r, list) else r.tokens for r in recomputed]
+        assert ids == [
+            [h.tokens for h in r] if isinstance(r, list) else r.tokens for r in recomputed
+        ]
     tgt = torch.tensor([[2, 4, 6, 8, 10]] * 3)
     with torch.no_grad():
         memory = model.encode(src)
         mask = padding_mask(src, 0)
         full = model.decode(tgt, memory, mask)
         cache = model.new_cache()
-        steps = torch.cat([model.decode(tgt[:, t : t + 1], memory, mask, cache) for t in range(5)], dim=1)
+        steps = torch.cat(
+            [model.decode(tgt[:, t : t + 1], memory, mask, cache) for t in range(5)], dim=1
+        )
     torch.testing.assert_close(steps, full, atol=1e-6, rtol=1e-5)
     assert cache.length == 5
 
 
-@pytest.mark.parametrize("key,value,message", [("d_model", 15, "even d_model"), ("n_decoder_layers", 0, "one")])
+@pytest.mark.parametrize(
+    "key,value,message", [("d_model", 15, "even d_model"), ("n_decoder_layers", 0, "one")]
+)
 def test_bad_rnn_shapes_are_named(key: str, value: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TransformerConfig.preset("tiny", arch="rnn", n_heads=1, **{key: value})

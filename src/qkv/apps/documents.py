@@ -7,10 +7,10 @@ spacing and line breaks.
 
 Each line is its own piece of text; within a line, sentences are found by `sentencex` (Wikimedia's
 maintained splitter: rules for some 240 languages and a fallback for the others, Chinese 。！？
-included). On paragraphs of Multi30k and Tatoeba test sentences it gives back 93-100% exactly,
-pysbd (22 languages, unmaintained) 95-100% (benchmarks/splitters.py, docs/results.md). The whitespace
-around each sentence is kept as it was, so an input of 50 sentences in one line comes back as 50
-translations in one line, and blank lines stay blank.
+included). On paragraphs of Multi30k and Tatoeba test sentences it gives back 93-100% of them
+exactly, pysbd (22 languages, unmaintained) 95-100% (benchmarks/splitters.py, docs/results.md).
+The whitespace around each sentence is kept as it was, so an input of 50 sentences in one line
+comes back as 50 translations in one line, and blank lines stay blank.
 """
 
 from __future__ import annotations

@@ -11,12 +11,13 @@
 Every score is divided by an optional temperature. Masks follow `masks.py` (bool, True = may
 attend).
 
-Equation 1 is written out once, in `softmax_attention` (readable, returns the weights). Its drop-in
-twin is PyTorch's fused `F.scaled_dot_product_attention`, used by `MultiHeadedAttention` for the
-dot-product scores whenever the weights are not asked for (`fused = True`, nanoGPT's `flash` switch;
-set it to False to run the readable path everywhere). `per_head_attention` is the literal reference:
-one head at a time. Faster kernels for decoding (few queries per row, beams sharing a memory row)
-live in `qkv.runtime.attention` and are swapped in from outside by `qkv.runtime.prepare`.
+Equation 1 is written out once, in `scaled_dot_product_attention` (Q K^T / sqrt(d_k), then
+`softmax_attention`: masks, softmax and A V; readable, returns the weights). Its drop-in twin is
+PyTorch's fused `F.scaled_dot_product_attention`, used by `MultiHeadedAttention` for the dot-product
+scores whenever the weights are not asked for (`fused = True`, nanoGPT's `flash` switch; set it to
+False to run the readable path everywhere). `per_head_attention` is the literal reference: one head
+at a time. Faster kernels for decoding (few queries per row, beams sharing a memory row) live in
+`qkv.runtime.attention` and are swapped in from outside by `qkv.runtime.prepare`.
 
 A model, a stack or a layer hands out its attention weights, every layer and head, when it is given
 an `AttentionWeights` to fill (`weights=`): the one way to ask for them (no hooks).
@@ -62,14 +63,24 @@ def softmax_attention(
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    dropout: nn.Module | None = None,
+    scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The paper's equation, written out: softmax(Q K^T / sqrt(d_k)) V.
 
-    q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v) -> (..., T_q, d_v).
+    q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v) -> (..., T_q, d_v), and the weights
+    (..., T_q, T_k). `scale` replaces 1 / sqrt(d_k) (a temperature, Luong's plain dot product), as
+    in `F.scaled_dot_product_attention`.
     """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    return softmax_attention(scores, v, mask, bias)
+    d_k = q.size(-1)
+    scale = 1.0 / math.sqrt(d_k) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale  # Q K^T / sqrt(d_k): (..., T_q, T_k)
+    return softmax_attention(scores, v, mask, bias, dropout)
 
 
 class DotProductScore(nn.Module):
@@ -84,7 +95,8 @@ class DotProductScore(nn.Module):
 
 
 class AdditiveScore(nn.Module):
-    """Bahdanau: score(q_i, k_j) = v^T tanh(W_q q_i + W_k k_j), per head. Memory O(T_q T_k Dh)."""
+    """Bahdanau: score(q_i, k_j) = v^T tanh(W_q q_i + W_k k_j), per head, hidden width A = Dh.
+    Memory O(T_q T_k Dh)."""
 
     def __init__(self, n_heads: int, d_head: int) -> None:
         super().__init__()
@@ -96,10 +108,29 @@ class AdditiveScore(nn.Module):
         nn.init.normal_(self.v, std=d_head**-0.5)
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        qw = q @ self.w_q[None]  # (B, H, T_q, A)
-        kw = k @ self.w_k[None]  # (B, H, T_k, A)
-        hidden = torch.tanh(qw[:, :, :, None, :] + kw[:, :, None, :, :])  # (B, H, T_q, T_k, A)
-        return (hidden @ self.v[None, :, None, :, None]).squeeze(-1)  # (B, H, T_q, T_k)
+        """Every head: q (B, H, T_q, Dh), k (B, H, T_k, Dh) -> (B, H, T_q, T_k)."""
+        return self.score_keys(q, self.project_keys(k))
+
+    def project_keys(self, k: Tensor, head: int | None = None) -> Tensor:
+        """W_k k, which depends on the keys alone (computed once per source when decoding).
+
+        k (B, H, T_k, Dh) -> (B, H, T_k, A); for one `head`, (..., T_k, Dh) -> (..., T_k, A).
+        """
+        return k @ (self.w_k if head is None else self.w_k[head])  # (H, Dh, A) or (Dh, A)
+
+    def score_keys(self, q: Tensor, kw: Tensor, head: int | None = None) -> Tensor:
+        """v^T tanh(W_q q + kw) from the projected keys kw = W_k k.
+
+        q (B, H, T_q, Dh), kw (B, H, T_k, A) -> (B, H, T_q, T_k); for one `head`, q (..., T_q, Dh),
+        kw (..., T_k, A) -> (..., T_q, T_k).
+        """
+        if head is None:  # every head's weights, laid out to broadcast over (B, H, ...)
+            w_q, v = self.w_q, self.v[:, None, :, None]  # (H, Dh, A), (H, 1, A, 1)
+        else:
+            w_q, v = self.w_q[head], self.v[head, :, None]  # (Dh, A), (A, 1)
+        qw = q @ w_q  # (..., T_q, A)
+        hidden = torch.tanh(qw[..., :, None, :] + kw[..., None, :, :])  # (..., T_q, T_k, A)
+        return (hidden @ v).squeeze(-1)  # (..., T_q, T_k)
 
 
 class BilinearScore(nn.Module):
@@ -138,8 +169,8 @@ class MultiHeadedAttention(nn.Module):
     n_kv_heads = 1 is multi-query attention).
 
     `fused`: the dot-product scores run through `F.scaled_dot_product_attention` unless the weights
-    are requested; False (or another score) runs the readable `softmax_attention`. Same result
-    either way.
+    are requested; False runs the readable `scaled_dot_product_attention`. Same result either way.
+    Another score runs its module, then `softmax_attention`.
     """
 
     def __init__(
@@ -230,10 +261,8 @@ class MultiHeadedAttention(nn.Module):
         (B, H, T, S).
 
         Cross-attention also takes a memory of B_m = B / g rows (and a mask of B_m rows, keys only):
-        query rows come in consecutive groups of g that share one memory row — beam search's g beams
-        of a sentence. The memory's keys and values are computed and cached once per source, not
-        once per beam, and repeated for the g rows of a group by `share_memory_rows`
-        (`qkv.runtime.attention` stacks the g queries of a group instead).
+        beam search's g beams of a sentence read one memory row (see `attend`). Its keys and values
+        are computed and cached once per memory row, not once per beam.
         """
         B, T, _ = query.shape
         if (memory is not None) != self.cross:
@@ -259,30 +288,9 @@ class MultiHeadedAttention(nn.Module):
                     cache.set_static(k, v)
             else:
                 k, v = cache.keys, cache.values
-            if k.size(0) != B:  # beam search: g consecutive query rows per memory row
-                k, v, mask = self.share_memory_rows(B, k, v, mask)
         out, weights = self.attend(q, k, v, mask, bias, need_weights)
         out = out.transpose(1, 2).reshape(B, T, self.q_dim)  # concat heads: (B, T, H*Dh)
         return self.out_proj(out), weights
-
-    @staticmethod
-    def rows_per_memory_row(B: int, k: Tensor, mask: Tensor | None) -> int:
-        """g, the query rows per memory row (k has B_m = B / g rows); a mask has 1 or B_m rows."""
-        if B % k.size(0) or (mask is not None and mask.size(0) not in (1, k.size(0))):
-            raise ValueError(f"{B} query rows cannot share {k.size(0)} memory rows")
-        return B // k.size(0)
-
-    def share_memory_rows(
-        self, B: int, k: Tensor, v: Tensor, mask: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Keys/values (B_m, H_kv, S, Dh) and a key mask (B_m, 1, 1, S) of B_m memory rows, repeated
-        for B = g * B_m query rows that come in consecutive groups of g per memory row (beam
-        search's g beams of a sentence read that sentence's memory): -> (B, ...). The memory is
-        stored once per source."""
-        g = self.rows_per_memory_row(B, k, mask)
-        if mask is not None and mask.size(0) > 1:
-            mask = mask.repeat_interleave(g, dim=0)
-        return k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0), mask
 
     def attend(
         self,
@@ -295,8 +303,13 @@ class MultiHeadedAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """All heads at once.
 
-        q (B, H, T, Dh), k/v (B, H_kv, S, Dh) -> (B, H, T, Dh), and the weights or None.
+        q (B, H, T, Dh), k/v (B_m, H_kv, S, Dh) -> (B, H, T, Dh), and the weights or None. B_m = B,
+        or B / g when g consecutive query rows share a memory row (beam search's g beams of a
+        sentence): the plain model repeats each memory row for its g rows (`repeat_memory_rows`),
+        `qkv.runtime.attention` stacks their queries instead.
         """
+        if k.size(0) != q.size(0):
+            k, v, mask = repeat_memory_rows(q.size(0), k, v, mask)
         if self.fused and not need_weights:  # the fused twin of the readable path below
             attn_mask = mask
             if bias is not None:
@@ -314,9 +327,32 @@ class MultiHeadedAttention(nn.Module):
         if self.n_kv_heads != self.n_heads:  # each key/value head serves a group of query heads
             k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
             v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
-        scores = self.score(q, k) / self.temperature  # (B, H, T, S)
-        out, weights = softmax_attention(scores, v, mask, bias, self.dropout)
+        if isinstance(self.score, DotProductScore):  # equation 1 as written, with a temperature
+            scale = self.score.scale / self.temperature
+            out, weights = scaled_dot_product_attention(q, k, v, mask, bias, self.dropout, scale)
+        else:
+            scores = self.score(q, k) / self.temperature  # (B, H, T, S)
+            out, weights = softmax_attention(scores, v, mask, bias, self.dropout)
         return out, weights if need_weights else None
+
+
+def rows_per_memory_row(B: int, k: Tensor, mask: Tensor | None) -> int:
+    """g, the query rows per memory row (k has B_m = B / g rows); a mask has 1 or B_m rows."""
+    if B % k.size(0) or (mask is not None and mask.size(0) not in (1, k.size(0))):
+        raise ValueError(f"{B} query rows cannot share {k.size(0)} memory rows")
+    return B // k.size(0)
+
+
+def repeat_memory_rows(
+    B: int, k: Tensor, v: Tensor, mask: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Beam search's layout made plain: B = g * B_m query rows come in consecutive groups of g that
+    read one memory row (a sentence's g beams read its memory). Keys/values (B_m, H_kv, S, Dh) and a
+    key mask (B_m | 1, 1, 1, S) -> each memory row repeated g times, (B, ...)."""
+    g = rows_per_memory_row(B, k, mask)
+    if mask is not None and mask.size(0) > 1:
+        mask = mask.repeat_interleave(g, dim=0)
+    return k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0), mask
 
 
 @dataclass

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..config import TransformerConfig
-from .attention import AdditiveScore, AttentionWeights
+from .attention import AdditiveScore, AttentionWeights, softmax_attention
 from .embedding import TokenEmbedding
 from .masks import padding_mask
 from .transformer import init_linear_weights, make_embeddings
@@ -31,25 +31,25 @@ from .transformer import init_linear_weights, make_embeddings
 
 class BahdanauAttention(nn.Module):
     """Additive attention of a decoder state over the annotations: qkv's `AdditiveScore` with one
-    head of width D, the keys' projection W_k h split out so that it is computed once."""
+    head of width D, then `softmax_attention`. The keys' projection W_k h is split out so that it is
+    computed once per source."""
 
     def __init__(self, d_model: int) -> None:
         super().__init__()
         self.score = AdditiveScore(1, d_model)
 
     def project_keys(self, memory: Tensor) -> Tensor:
-        """memory (B, S, D) -> W_k h (B, S, D)."""
-        return memory @ self.score.w_k[0]
+        """memory h (B, S, D) -> W_k h (B, S, D)."""
+        return self.score.project_keys(memory, head=0)
 
     def forward(
         self, query: Tensor, keys: Tensor, memory: Tensor, mask: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """query s (R, D), projected keys (R, S, D), memory h (R, S, D), mask (R, S) (True = a
-        token) -> context c (R, D), weights a (R, S)."""
-        hidden = torch.tanh((query @ self.score.w_q[0])[:, None, :] + keys)  # (R, S, D)
-        scores = (hidden @ self.score.v[0]).masked_fill(~mask, float("-inf"))  # (R, S)
-        weights = scores.softmax(dim=-1)
-        return (weights[:, None, :] @ memory).squeeze(1), weights
+        """query s (R, D), projected keys W_k h (R, S, D), memory h (R, S, D), mask (R, S)
+        (True = a token) -> context c (R, D), weights a (R, S)."""
+        scores = self.score.score_keys(query[:, None, :], keys, head=0)  # e_t: (R, 1, S)
+        context, weights = softmax_attention(scores, memory, mask[:, None, :])  # (R, 1, D), a_t
+        return context[:, 0], weights[:, 0]
 
 
 class RecurrentCache:

@@ -1,4 +1,5 @@
-"""Attention kernels for decoding, swapped into a model from outside (`use_decoding_attention`).
+"""Attention kernels for decoding, swapped into a model from outside (`use_decoding_attention`,
+with `runtime.swap.replace_modules`).
 
 The model's `MultiHeadedAttention` computes equation 1 plainly. Incremental decoding asks it for
 something narrow: a few queries per row (one new token, or one per beam), and cross-attention where
@@ -28,7 +29,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..model.attention import MultiHeadedAttention, softmax_attention
+from ..model.attention import (
+    MultiHeadedAttention,
+    rows_per_memory_row,
+    scaled_dot_product_attention,
+)
+from .swap import rebuilt_as, replace_modules
 
 FEW_QUERY_MAX_T = 8  # queries per row (one per step; a sentence's beams stacked)
 FEW_QUERY_MIN_ROWS = 512  # B * H * T query rows from which two matmuls beat the fused kernel
@@ -41,13 +47,6 @@ FEW_QUERY_MIN_ROWS_BF16 = 64
 class DecodingAttention(MultiHeadedAttention):
     """`MultiHeadedAttention` with the decoding kernels; same weights, same results (inference)."""
 
-    def share_memory_rows(
-        self, B: int, k: Tensor, v: Tensor, mask: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Leave the B_m memory rows as they are: `attend` groups the queries instead."""
-        self.rows_per_memory_row(B, k, mask)  # checks the layout
-        return k, v, mask
-
     def attend(
         self,
         q: Tensor,
@@ -57,7 +56,9 @@ class DecodingAttention(MultiHeadedAttention):
         bias: Tensor | None,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attention of B = g * B_m query rows over B_m memory rows.
+        """Attention of B = g * B_m query rows over B_m memory rows, each read by g consecutive
+        query rows (beam search's g beams of a sentence): the g queries of a group are stacked, so
+        the memory row is stored and read once.
 
         q (B, H, T, Dh), k/v (B_m, H_kv, S, Dh) -> (B, H, T, Dh), and the weights or None.
         """
@@ -65,9 +66,9 @@ class DecodingAttention(MultiHeadedAttention):
         Bm = k.size(0)
         if Bm == B:
             return self._attend_rows(q, k, v, mask, bias, need_weights)
+        g = rows_per_memory_row(B, k, mask)
         if bias is not None or (mask is not None and mask.size(2) != 1):
             raise ValueError("shared memory rows need a key-only mask and no score bias")
-        g = B // Bm
         q = q.view(Bm, g, H, T, Dh).transpose(1, 2).reshape(Bm, H, g * T, Dh)  # a group's queries
         out, weights = self._attend_rows(q, k, v, mask, None, need_weights)  # (B_m, H, g*T, Dh)
         out = out.view(Bm, H, g, T, Dh).transpose(1, 2).reshape(B, H, T, Dh)
@@ -113,9 +114,8 @@ class DecodingAttention(MultiHeadedAttention):
         if q.dtype == torch.bfloat16:  # bf16 products of a cache's strided slice run far slower
             k, v = k.contiguous(), v.contiguous()  # than a copy and the contiguous product
         scale = self.score.scale / self.temperature
-        scores = q @ k.transpose(-2, -1) * scale  # (B, H_kv, group*T, S)
-        out, _ = softmax_attention(scores, v, mask, bias)
-        return out.view(B, H, T, Dh)
+        out, _ = scaled_dot_product_attention(q, k, v, mask, bias, scale=scale)
+        return out.view(B, H, T, Dh)  # (B, H_kv, group*T, Dh) -> (B, H, T, Dh)
 
     def _stack_queries(self, m: Tensor, H: int, T: int) -> Tensor:
         """A mask or bias (1|B, 1|H, 1|T, S) laid out for stacked queries.
@@ -129,12 +129,10 @@ class DecodingAttention(MultiHeadedAttention):
 
 
 def use_decoding_attention(model: nn.Module) -> nn.Module:
-    """Swap every `MultiHeadedAttention` of `model` (in place) for a `DecodingAttention` holding the
-    same weights; returns the model."""
-    for module in model.modules():
-        if type(module) is MultiHeadedAttention:
-            module.__class__ = DecodingAttention
-    return model
+    """Replace every `MultiHeadedAttention` of `model` (in place) by a `DecodingAttention` holding
+    the same weights (`replace_modules`); returns the model, or its replacement when the model is
+    one attention module."""
+    return replace_modules(model, MultiHeadedAttention, lambda m: rebuilt_as(m, DecodingAttention))
 
 
 __all__ = [

@@ -1,14 +1,16 @@
-"""How a model is prepared to train fast on the CPU: two swaps applied from outside the model,
+"""How a model is prepared to train fast on the CPU: two changes applied from outside the model,
 each computing what the plain model computes (docs/benchmarks.md, "bf16 against fp32").
 
-* `MaskDropout` replaces `nn.Dropout`: the same function (zero each element with probability p,
-  scale the rest by 1 / (1 - p)), with the mask drawn as `rand >= p` in the input's dtype. torch's
-  CPU dropout draws it with `bernoulli_`, which takes twice as long forward + backward; with the
-  paper's residual dropout after every sub-layer that is ~10% of a small model's step.
+* `MaskDropout` replaces `nn.Dropout` (`runtime.swap.replace_modules`): the same function (zero
+  each element with probability p, scale the rest by 1 / (1 - p)), with the mask drawn as
+  `rand >= p` in the input's dtype. torch's CPU dropout draws it with `bernoulli_`, which takes
+  twice as long forward + backward; with the paper's residual dropout after every sub-layer that is
+  ~10% of a small model's step.
 * In bf16 on the CPU, attention takes the readable path (two bf16 matmuls and an fp32 softmax,
-  `softmax_attention`) instead of the fused `F.scaled_dot_product_attention`: at translation
-  lengths (tens of tokens) the fused kernel's bf16 backward is ~5x slower than the readable path's;
-  in fp32 the two are even, so fp32 keeps the fused kernel.
+  `scaled_dot_product_attention`; the module's own `fused` switch set to False) instead of the
+  fused `F.scaled_dot_product_attention`: at translation lengths (tens of tokens) the fused
+  kernel's bf16 backward is ~5x slower than the readable path's; in fp32 the two are even, so fp32
+  keeps the fused kernel.
 
     notes = prepare_for_training(model, precision="bf16", device=torch.device("cpu"))
 """
@@ -19,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from ..model.attention import MultiHeadedAttention
+from .swap import replace_modules
 
 
 class MaskDropout(nn.Dropout):
@@ -40,12 +43,8 @@ def prepare_for_training(model: nn.Module, precision: str, device: torch.device)
     if device.type != "cpu":
         return []
     notes = []
-    swapped = 0
-    for module in list(model.modules()):
-        for name, child in module.named_children():
-            if type(child) is nn.Dropout:
-                setattr(module, name, MaskDropout(child.p))
-                swapped += 1
+    swapped = sum(type(m) is nn.Dropout for m in model.modules())
+    replace_modules(model, nn.Dropout, lambda d: MaskDropout(d.p))
     if swapped:
         notes.append(f"{swapped} dropout modules draw their masks with rand (MaskDropout)")
     if precision == "bf16":
