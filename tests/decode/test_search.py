@@ -15,7 +15,8 @@ from torch import Tensor, nn
 
 from qkv import DecoderOnly, Transformer
 from qkv.decode import attention_weights, beam_search, filter_logits, greedy, length_penalty, sample
-from qkv.decode.search import BeamStep, Hypothesis, _in_place_order
+from qkv.decode.beam import _in_place_order
+from qkv.decode.search import BeamStep, Hypothesis
 from qkv.model import AttentionWeights, padding_mask
 from tiny_models import V, batch, random_sources, tiny_config, tiny_model
 
