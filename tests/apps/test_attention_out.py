@@ -48,7 +48,7 @@ def test_a_rerun_into_the_same_out_is_refused_or_replaces_only_its_own_files(
     before = files(out)
     capsys.readouterr()
 
-    def no_model(args: object) -> None:
+    def no_model(*args: object) -> None:
         raise AssertionError("the model loads before --out is checked")
 
     with monkeypatch.context() as patch:

@@ -19,6 +19,7 @@ from qkv.apps.translator import Translator
 from qkv.data.tokenizer import SubwordTokenizer
 from qkv.decode.options import DecodeOptions
 from qkv.modeldir import save_model_dir
+from qkv.runtime.options import RuntimeOptions
 from sentences import EN, ZH  # tests/sentences.py
 
 FAST = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "4"]  # short outputs keep the tests fast
@@ -79,10 +80,10 @@ def test_translate_quantize_int8(model_dir: Path, tmp_path: Path, capsys: pytest
     (tmp_path / "in.txt").write_text("\n".join(EN[:3]) + "\n", encoding="utf-8")
     assert main(["translate", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), "--quantize", "int8",
                  *FAST]) == 0
-    expected = Translator.load(model_dir, quantize="int8").translate(EN[:3], FAST_OPTIONS)
+    expected = Translator.load(model_dir, RuntimeOptions(quantize="int8")).translate(EN[:3], FAST_OPTIONS)
     assert capsys.readouterr().out.splitlines() == expected
     with pytest.raises(ValueError, match="choose from"):
-        Translator.load(model_dir, quantize="int4")
+        RuntimeOptions(quantize="int4")
 
 
 def test_translate_with_an_ensemble(model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

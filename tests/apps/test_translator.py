@@ -19,6 +19,7 @@ from qkv.decode import beam_search, greedy, sample
 from qkv.decode.ensemble import Ensemble
 from qkv.decode.options import DecodeOptions
 from qkv.modeldir import save_model_dir
+from qkv.runtime.options import RuntimeOptions
 from qkv.runtime.packed import packing_available
 from qkv.runtime.workers import can_fork
 from sentences import EN, ZH  # tests/sentences.py
@@ -92,6 +93,37 @@ def test_workers_give_the_same_translations(tokenizer: SubwordTokenizer) -> None
         assert t._workers is workers
         t.close()
         assert t._workers is None
+
+
+def test_runtime_options_are_checked_when_made_and_give_the_translators_defaults(
+        tokenizer: SubwordTokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`RuntimeOptions` refuses a bad value in one line naming the field; a translator batches as its
+    `runtime` says, and a call's batch_tokens and workers override it for that call."""
+    for changes, field in (({"precision": "fp16"}, "precision"), ({"quantize": "int4"}, "quantize"),
+                           ({"pack": 1}, "pack"), ({"workers": 0}, "workers"), ({"workers": True}, "workers"),
+                           ({"threads": 0}, "threads"), ({"batch_tokens": 1.5}, "batch_tokens"),
+                           ({"batch_tokens": 0}, "batch_tokens"), ({"max_src_tokens": 1}, "max_src_tokens"),
+                           ({"quantize": "int8", "precision": "bf16"}, "bf16 weights, not both")):
+        with pytest.raises(ValueError, match=field) as caught:
+            RuntimeOptions(**changes)
+        assert "\n" not in str(caught.value)
+    assert RuntimeOptions().replace(workers=2) == RuntimeOptions(workers=2)
+    with pytest.raises(ValueError, match="workers"):
+        RuntimeOptions(workers=2).replace(workers=0)
+    with pytest.raises(TypeError, match="runtime must be a RuntimeOptions, got int"):
+        translator(tokenizer, runtime=4096)
+    searched = []
+    search = Translator._search
+    monkeypatch.setattr(Translator, "_search", lambda self, src, *a, **k: searched.append(src.size(0))
+                        or search(self, src, *a, **k))
+    one_each = translator(tokenizer, runtime=RuntimeOptions(batch_tokens=1))
+    assert translator(tokenizer).runtime == RuntimeOptions() and one_each.runtime.batch_tokens == 1
+    alone = one_each.translate(TEXTS, DecodeOptions(beam=2))
+    assert searched == [1] * 8  # every non-empty line a batch of its own
+    searched.clear()
+    assert one_each.translate(TEXTS, DecodeOptions(beam=2), batch_tokens=4096) == alone
+    assert searched == [8]  # this call's batch_tokens
+    assert one_each.runtime.batch_tokens == 1
 
 
 def test_each_worker_runs_torch_on_its_share_of_the_threads() -> None:
@@ -190,11 +222,11 @@ def test_attention_of_the_best_hypothesis(tokenizer: SubwordTokenizer) -> None:
 
 
 def test_long_lines_are_truncated_with_one_warning(tokenizer: SubwordTokenizer) -> None:
-    t = translator(tokenizer, max_src_tokens=8)
+    t = translator(tokenizer, runtime=RuntimeOptions(max_src_tokens=8))
     with pytest.warns(UserWarning, match="2 of 3 input lines are longer than 7 subword tokens") as record:
         out = t.translate_detailed([EN[0] * 20, "dog", ZH[3] * 50], DecodeOptions(beam=1))
     assert len(record) == 1 and len(out) == 3
-    assert translator(tokenizer, max_src_tokens=5000).max_src_tokens == 5000
+    assert translator(tokenizer, runtime=RuntimeOptions(max_src_tokens=5000)).max_src_tokens == 5000
     learned = Translator(Transformer(tiny_config(src_vocab_size=tokenizer.src_vocab_size, positional="learned",
                                                  max_positions=12)), tokenizer)
     assert learned.max_src_tokens == 12  # the position table is the limit
@@ -227,11 +259,11 @@ def test_load_a_model_directory(tokenizer: SubwordTokenizer, tmp_path: Path) -> 
         assert loaded.translate(TEXTS[:4], beam2) == t.translate(TEXTS[:4], beam2)
     linear_types = {type(m).__name__ for m in loaded.model.modules()} & {"Linear", "PackedLinear"}
     assert linear_types == ({"PackedLinear"} if packing_available() else {"Linear"})  # packed by default on a CPU
-    unpacked = Translator.load(tmp_path / "model", pack=False)
+    unpacked = Translator.load(tmp_path / "model", RuntimeOptions(pack=False))
     assert not any(type(m).__name__ == "PackedLinear" for m in unpacked.model.modules())
     assert unpacked.translate(TEXTS[:4], beam2) == loaded.translate(TEXTS[:4], beam2)
     with pytest.raises(ValueError, match="not both"):
-        Translator.load(tmp_path / "model", quantize="int8", pack=True)
+        RuntimeOptions(quantize="int8", pack=True)
     save_model_dir(tmp_path / "lm", DecoderOnly(tiny_config(src_vocab_size=tokenizer.src_vocab_size)), tokenizer)
     with pytest.raises(ValueError, match="needs a Transformer"):
         Translator.load(tmp_path / "lm")
@@ -287,17 +319,19 @@ def test_a_beam_beyond_the_target_vocabulary_is_refused(tokenizer: SubwordTokeni
 
 
 def test_load_refuses_no_directory_and_an_unusable_device(tmp_path: Path) -> None:
-    """`Translator.load([])` and a bad device are clear ValueErrors, not an IndexError,
-    a RuntimeError or an AssertionError from deep inside torch."""
+    """`Translator.load([])` and a bad device (refused by `RuntimeOptions`, before any load) are clear
+    ValueErrors, not an IndexError, a RuntimeError or an AssertionError from deep inside torch."""
     with pytest.raises(ValueError, match="no model directory given"):
         Translator.load([])
     with pytest.raises(ValueError, match="unknown device 'bogus'"):
-        Translator.load(tmp_path, device="bogus")
+        RuntimeOptions(device="bogus")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device 'cuda': CUDA is not available"):
-            Translator.load(tmp_path, device="cuda")
+            RuntimeOptions(device="cuda")
     with pytest.raises(ValueError, match=r"there are \d+ CUDA devices|CUDA is not available"):
-        Translator.load(tmp_path, device=f"cuda:{torch.cuda.device_count()}")
+        RuntimeOptions(device=f"cuda:{torch.cuda.device_count()}")
+    with pytest.raises(TypeError, match="runtime must be a RuntimeOptions, got str"):
+        Translator.load(tmp_path, "cpu")  # the runtime options are one value
 
 
 def test_a_text_with_a_lone_surrogate_is_refused_naming_it(tokenizer: SubwordTokenizer) -> None:

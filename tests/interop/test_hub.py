@@ -18,6 +18,7 @@ import pytest
 from qkv.apps.translator import Translator
 from qkv.interop.hub import is_hub_name, split_name
 from qkv.interop.marian import convert_marian
+from qkv.runtime.options import RuntimeOptions
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -59,8 +60,8 @@ def test_translate_by_hub_name_converts_once_offline(marian_dir: Path, tmp_path:
                 "fp32", "--pack", stdin=lines)
     assert again.stdout == first.stdout
     assert (converted[0] / "model.safetensors").stat().st_mtime_ns == made  # not converted again
-    expected = Translator.load(convert_marian(marian_dir, tmp_path / "direct"), precision="fp32",
-                               pack=True).translate(lines.splitlines())
+    expected = Translator.load(convert_marian(marian_dir, tmp_path / "direct"),
+                               RuntimeOptions(precision="fp32", pack=True)).translate(lines.splitlines())
     assert first.stdout.splitlines() == expected
 
 

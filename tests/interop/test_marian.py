@@ -33,6 +33,7 @@ from qkv.interop.marian import (  # noqa: E402
 )
 from qkv.model.positions import sinusoid_table  # noqa: E402
 from qkv.modeldir import load_languages, load_model_dir  # noqa: E402
+from qkv.runtime.options import RuntimeOptions  # noqa: E402
 
 PAD, BOS, EOS, V = 0, 2, 3, 96
 TEXTS = ["A man reads 3 newspapers in the park.", "Café crème, naïve façade: déjà vu!", "東京で2024年に会いましょう。",
@@ -161,7 +162,8 @@ def test_logits_and_greedy_ids_equal_marian(converted: tuple[Path, Path]) -> Non
     translator = Translator.load(out)  # the text path: tokenizer, batching, decoding
     options = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=20)
     assert [t.tokens for t in translator.translate_detailed(texts, options)] == ours
-    assert len(Translator.load(out, quantize="int8").translate(TEXTS)) == len(TEXTS)  # beam 4, int8
+    int8 = Translator.load(out, RuntimeOptions(quantize="int8"))
+    assert len(int8.translate(TEXTS)) == len(TEXTS)  # beam 4, int8
     assert load_languages(out) == ("en", "fr")  # from tokenizer_config.json, for `qkv serve`
 
 

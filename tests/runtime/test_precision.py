@@ -19,6 +19,7 @@ from qkv.model import MultiHeadedAttention
 from qkv.model.masks import padding_mask
 from qkv.runtime import precision as P
 from qkv.runtime.attention import FEW_QUERY_MIN_ROWS_BF16, DecodingAttention, use_decoding_attention
+from qkv.runtime.options import RuntimeOptions
 from qkv.runtime.packed import PackedLinear, packing_available
 from qkv.runtime.prepare import prepare_for_decoding
 from tiny_models import batch, random_sources, tiny_model
@@ -193,7 +194,7 @@ def test_translate_precision_bf16_is_translator_load_bf16(
     fast = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "4"]
     assert main(["translate", "--model", str(directory), "--input", str(tmp_path / "in.txt"), *fast,
                  "--precision", "bf16"]) == 0
-    translator = Translator.load(directory, precision="bf16")
+    translator = Translator.load(directory, RuntimeOptions(precision="bf16"))
     assert next(translator.model.parameters()).dtype == torch.bfloat16
     from qkv.decode.options import DecodeOptions
 
@@ -210,8 +211,8 @@ def test_bf16_decoding_of_a_trained_demo_model_equals_fp32_on_held_out_numbers(s
     from qkv.decode.options import DecodeOptions
 
     sources = [src for src, _, _ in short_demo.examples]
-    fp32 = Translator.load(short_demo.out_dir, precision="fp32")
-    bf16 = Translator.load(short_demo.out_dir, precision="bf16")
+    fp32 = Translator.load(short_demo.out_dir, RuntimeOptions(precision="fp32"))
+    bf16 = Translator.load(short_demo.out_dir, RuntimeOptions(precision="bf16"))
     for beam in (1, 4):
         a = fp32.translate(sources, DecodeOptions(beam=beam))
         b = bf16.translate(sources, DecodeOptions(beam=beam))

@@ -52,7 +52,7 @@ from ..modeldir import (
     remove_orphan_temporaries,
 )
 from .plots import grid
-from .translator import DEFAULT_BATCH_TOKENS, Translation, Translator
+from .translator import Translation, Translator
 
 JSON_FILE = "attention.json"
 PNG_NAME = re.compile(r"(cross|encoder|decoder)_(layers|layer[0-9]+_heads)\.png")  # plot_maps'
@@ -70,21 +70,17 @@ def write_attention(
     out_dir: str | os.PathLike[str],
     options: DecodeOptions | None = None,
     *,
-    batch_tokens: int = DEFAULT_BATCH_TOKENS,
-    workers: int = 1,
     overwrite: bool = False,
 ) -> list[Path]:
     """Translate `texts` and write their attention maps (JSON and PNGs) into `out_dir`, as the
-    module docstring says (`overwrite`: replace an earlier output there). Returns the paths
-    written, attention.json first."""
+    module docstring says (`overwrite`: replace an earlier output there), batched as the
+    translator's `runtime` says. Returns the paths written, attention.json first."""
     texts = list(texts)
     if not texts:
         raise ValueError("no sentences given: nothing to show the attention of")
     out = Path(out_dir)
     check_out(out, overwrite)
-    translations = translator.translate_detailed(
-        texts, options, attention_maps=True, batch_tokens=batch_tokens, workers=workers
-    )
+    translations = translator.translate_detailed(texts, options, attention_maps=True)
     bos = translator.tokenizer.tgt_sp.id_to_piece(translator.tokenizer.bos_id)
     records = [attention_record(s, t, bos) for s, t in zip(texts, translations, strict=True)]
     remove_earlier_output(out)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..data.synthetic import synthetic_splits
 from ..decode.options import DecodeOptions
+from ..runtime.options import RuntimeOptions
 from ..runtime.process import configure_process
 from ..train import TrainConfig, Trainer, load_train_config
 from .translator import Translator
@@ -86,7 +87,8 @@ def run_demo(
         target=cfg.synthetic_target,
         max_value=cfg.synthetic_max_value,
     )
-    hyps = Translator.load(out_dir, precision="fp32").translate(test.src, DecodeOptions(beam=1))
+    translator = Translator.load(out_dir, RuntimeOptions(precision="fp32"))
+    hyps = translator.translate(test.src, DecodeOptions(beam=1))
     correct = sum(h == r for h, r in zip(hyps, test.tgt, strict=True))
     examples = list(zip(test.src, hyps, test.tgt, strict=True))
     by_digits: dict[int, tuple[int, int]] = {}

@@ -557,9 +557,10 @@ def train_demo_model(directory: Path, small: bool) -> Path:
 
 def draw_demo_attention(model_dir: Path) -> tuple[Figure, str]:
     from ..decode.options import DecodeOptions
+    from ..runtime.options import RuntimeOptions
     from .translator import Translator
 
-    translator = Translator.load(model_dir, precision="fp32")
+    translator = Translator.load(model_dir, RuntimeOptions(precision="fp32"))
     results = translator.translate_detailed(DEMO_NUMBERS, DecodeOptions(beam=1), attention=True)
     tokenizer = translator.tokenizer
     fig = Figure(figsize=(4 * len(DEMO_NUMBERS), 4), layout="constrained")

@@ -9,7 +9,10 @@
         print(t.text, flush=True)
     Translator.load(["runs/a-avg", "runs/b-avg"])           # an ensemble sharing a tokenizer
     Translator.load("runs/rnn")                             # the GRU + Bahdanau baseline
+    Translator.load("runs/m30k", RuntimeOptions(device="cuda", batch_tokens=8192))
 
+How the model is loaded and run (device, precision, batching, workers) is one `RuntimeOptions`,
+kept as `translator.runtime`; how each sentence is decoded is the `DecodeOptions` of each call.
 Sentences are tokenized, sorted by length (so that batches hold sentences of similar length and
 little padding), cut into batches of at most `batch_tokens` padded source tokens, decoded with
 `qkv.decode.search` as the `DecodeOptions` say, detokenized and returned in input order. The output
@@ -17,8 +20,8 @@ does not depend on the batching or on the order of the input (sampling aside, wh
 the batch). Empty lines give "" without running the model; a line longer than the source limit is
 truncated, with one warning counting such lines. `translate_stream` sorts and batches within chunks
 of consecutive lines instead, so that each translation can be written as soon as it and all before
-it are done. A beam wider than the target vocabulary, and a device this machine lacks, are refused
-with a ValueError.
+it are done. A beam wider than the target vocabulary is refused with a ValueError, as
+`RuntimeOptions` refuses a device this machine lacks.
 """
 
 from __future__ import annotations
@@ -46,11 +49,10 @@ from ..model import AttentionWeights, Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import load_languages, load_model_dir
 from ..runtime.choice import choose_decoding_path
+from ..runtime.options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ..runtime.prepare import prepare_for_decoding
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
 
-DEFAULT_MAX_SRC_TOKENS = 1024  # longest source before truncation (subword tokens, eos included)
-DEFAULT_BATCH_TOKENS = 4096  # most padded source tokens in a batch
 CHUNK_BATCHES = 16  # translate_stream decodes about this many batches' worth of lines at a time
 # one batch to search: src (B, S), options, max_len (B,), seed, abandoned (row -> drop it?)
 _Search = tuple[Tensor, DecodeOptions, Tensor, int, Abandoned | None]
@@ -121,16 +123,19 @@ class Translator:
         self,
         model: Transformer | Ensemble | RNNSearch,
         tokenizer: SubwordTokenizer,
-        max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS,
+        runtime: RuntimeOptions | None = None,
     ) -> None:
-        """max_src_tokens: longest source (subword tokens, eos included) before truncation; an
-        encoder with learned positions (any member's, in an ensemble) lowers it to its table
-        size."""
+        """runtime: batch_tokens, workers and max_src_tokens of this translator (None: the
+        defaults); the model runs as it is given (`load` prepares it as the others say). An
+        encoder with learned positions (any member's, in an ensemble) lowers max_src_tokens to
+        its table size: `max_src_tokens` is the limit in force."""
         if not isinstance(model, Transformer | Ensemble | RNNSearch):
             name = type(model).__name__
             raise ValueError(f"translation needs an encoder-decoder Transformer, got {name}")
+        self.runtime = _checked_runtime(runtime)
         self.model = model.eval()
         self.tokenizer = tokenizer
+        max_src_tokens = self.runtime.max_src_tokens
         members = model.members if isinstance(model, Ensemble) else [model]
         for member in members:
             if isinstance(member, RNNSearch):  # a recurrent encoder reads any length
@@ -149,28 +154,25 @@ class Translator:
     def load(
         cls,
         directory: str | os.PathLike[str] | list[str | os.PathLike[str]],
-        device: str | torch.device = "cpu",
-        max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS,
-        quantize: str | None = None,
-        pack: bool | None = None,
-        precision: str = "auto",
+        runtime: RuntimeOptions | None = None,
     ) -> Translator:
         """Load a model directory written by `save_model_dir` (weights, config and tokenizer), or a
         list of them as an `Ensemble` (their tokenizers must be the same). "hf:ORG/NAME[@REV]"
         names a Marian model on the Hugging Face Hub, converted once (`interop.hub`).
 
-        quantize="int8": int8 dynamic quantization of the linear layers, for the CPU
-        (`runtime.quantize`). pack: linear weights packed for oneDNN (`runtime.packed`) or plain.
-        precision: "fp32", "bf16" or "auto". What is left open (pack None, precision "auto") is
-        the fastest path measured on this CPU (`runtime.choice`; bf16 only where the CPU computes
-        it natively); `decoding_path` says what was chosen and why. See
-        `runtime.prepare.prepare_for_decoding`.
+        runtime (None: `RuntimeOptions()`): the device, and how the model is prepared for it
+        (`runtime.prepare.prepare_for_decoding`): int8 quantization, packed weights, precision.
+        What is left open (pack None, precision "auto") is the fastest path measured on this CPU
+        (`runtime.choice`; bf16 only where the CPU computes it natively); `decoding_path` says
+        what was chosen and why. The translator keeps `runtime` for its batching and workers.
         """
+        runtime = _checked_runtime(runtime)
         directories = list(directory) if isinstance(directory, list | tuple) else [directory]
         if not directories:
             raise ValueError("no model directory given: Translator.load needs at least one")
         directories = [resolve_model(d) for d in directories]
-        device = check_device(device)
+        device = torch.device(runtime.device)  # checked by RuntimeOptions
+        pack, precision, quantize = runtime.pack, runtime.precision, runtime.quantize
         models = []
         for d in directories:
             model = load_model_dir(d, device)
@@ -192,7 +194,7 @@ class Translator:
                     f"{d} and {directories[0]} have different tokenizers; an ensemble needs one"
                 )
         model = models[0] if len(models) == 1 else Ensemble(models).eval()
-        translator = cls(model, tokenizer, max_src_tokens)
+        translator = cls(model, tokenizer, runtime)
         translator.decoding_path = why
         translator.languages = load_languages(directories[0])
         return translator
@@ -212,8 +214,8 @@ class Translator:
         texts: Sequence[str],
         options: DecodeOptions | None = None,
         *,
-        batch_tokens: int = DEFAULT_BATCH_TOKENS,
-        workers: int = 1,
+        batch_tokens: int | None = None,
+        workers: int | None = None,
     ) -> list[str]:
         """Translate sentences; one output string per input string (see `translate_detailed`)."""
         results = self.translate_detailed(
@@ -229,8 +231,8 @@ class Translator:
         attention: bool = False,
         alignment: bool = False,
         attention_maps: bool = False,
-        batch_tokens: int = DEFAULT_BATCH_TOKENS,
-        workers: int = 1,
+        batch_tokens: int | None = None,
+        workers: int | None = None,
         abandoned: Abandoned | None = None,
     ) -> list[Translation]:
         """Translate sentences; one `Translation` per input string, in input order.
@@ -243,19 +245,16 @@ class Translator:
         attention_maps: also return every layer's and head's attention weights.
             The three need one model, not an ensemble; they are computed after the search, by
             one teacher-forced pass over each batch's best hypotheses (`search.attention_weights`).
-        batch_tokens: the most padded source tokens per batch (a longer sentence goes alone).
-        workers: decode this many batches at once (`runtime.workers`): on a CPU, in forked
-        processes of one torch thread each (give as many as cores) where the system forks,
-        forked at the first such call and kept for the next ones until `close`, else in
-        threads that share torch's threads; with fewer batches than workers, the largest
-        batches are split so that each worker has one.
+        batch_tokens, workers: this call's, in place of `runtime`'s (`RuntimeOptions`; None: the
+            translator's). Worker processes are forked at the first call that needs them and kept
+            for the next ones until `close`.
         abandoned: asked between decoding steps with the index of each text still being decoded;
             True drops it (its caller gave up), and its Translation is None (`decode.search`).
             Worker processes do not ask it.
         """
         extras = _Extras(attention, alignment, attention_maps)
-        ids, options = self._prepare(texts, options, extras, batch_tokens, workers)
-        return list(self._stream(ids, options, extras, batch_tokens, workers, math.inf, abandoned))
+        ids, options, runtime = self._prepare(texts, options, extras, batch_tokens, workers)
+        return list(self._stream(ids, options, extras, runtime, math.inf, abandoned))
 
     def translate_stream(
         self,
@@ -265,8 +264,8 @@ class Translator:
         attention: bool = False,
         alignment: bool = False,
         attention_maps: bool = False,
-        batch_tokens: int = DEFAULT_BATCH_TOKENS,
-        workers: int = 1,
+        batch_tokens: int | None = None,
+        workers: int | None = None,
         chunk_tokens: int | None = None,
     ) -> Iterator[Translation]:
         """Translate sentences as `translate_detailed` does, but yield each `Translation`, in input
@@ -282,22 +281,23 @@ class Translator:
         chunking.
         """
         extras = _Extras(attention, alignment, attention_maps)
-        ids, options = self._prepare(texts, options, extras, batch_tokens, workers)
+        ids, options, runtime = self._prepare(texts, options, extras, batch_tokens, workers)
         if chunk_tokens is None:
-            chunk_tokens = max(CHUNK_BATCHES, workers) * batch_tokens
+            chunk_tokens = max(CHUNK_BATCHES, runtime.workers) * runtime.batch_tokens
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
-        return self._stream(ids, options, extras, batch_tokens, workers, chunk_tokens)
+        return self._stream(ids, options, extras, runtime, chunk_tokens)
 
     def _prepare(
         self,
         texts: Sequence[str],
         options: DecodeOptions | None,
         extras: _Extras,
-        batch_tokens: int,
-        workers: int,
-    ) -> tuple[list[list[int]], DecodeOptions]:
-        """Check the arguments of a translation and encode the texts -> (source ids, options)."""
+        batch_tokens: int | None,
+        workers: int | None,
+    ) -> tuple[list[list[int]], DecodeOptions, RuntimeOptions]:
+        """Check the arguments of a translation and encode the texts -> (source ids, options, the
+        runtime options with this call's batch_tokens and workers)."""
         if isinstance(texts, str):
             raise TypeError("texts must be a list of sentences, got one str; pass [text]")
         texts = list(texts)
@@ -305,11 +305,10 @@ class Translator:
             kinds = sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
             raise TypeError(f"texts must be strings, got {', '.join(kinds)}")
         options = self._check_options(options, extras)
-        if batch_tokens < 1:
-            raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
-        return self.encode(texts), options
+        given = {"batch_tokens": batch_tokens, "workers": workers}
+        changes = {name: value for name, value in given.items() if value is not None}
+        runtime = self.runtime.replace(**changes) if changes else self.runtime
+        return self.encode(texts), options, runtime
 
     def _check_options(self, options: DecodeOptions | None, extras: _Extras) -> DecodeOptions:
         """The options (None: the defaults), checked against this translator."""
@@ -335,21 +334,22 @@ class Translator:
         ids: list[list[int]],
         options: DecodeOptions,
         extras: _Extras,
-        batch_tokens: int,
-        workers: int,
+        runtime: RuntimeOptions,
         chunk_tokens: float,
         abandoned: Abandoned | None = None,
     ) -> Iterator[Translation]:
         """The translations of `ids`, in order, decoded a chunk of at most chunk_tokens source
-        tokens at a time. Batch b of the whole input samples with seed + b."""
+        tokens at a time, batched as `runtime` says. Batch b of the whole input samples with
+        seed + b."""
         first_batch = 0
         for start, end in _chunks(ids, chunk_tokens):
+            chunk = ids[start:end]
             dropped = None if abandoned is None else _shifted(abandoned, start)
-            results, n_batches = self._decode_chunk(
-                ids[start:end], options, extras, batch_tokens, workers, first_batch, dropped
+            batches = self.batches(chunk, runtime.batch_tokens, runtime.workers)
+            yield from self._decode_batches(
+                chunk, batches, options, extras, runtime.workers, first_batch, dropped
             )
-            first_batch += n_batches
-            yield from results
+            first_batch += len(batches)
 
     def batches(self, ids: list[list[int]], batch_tokens: int, workers: int = 1) -> list[list[int]]:
         """The one batching of source ids: the indices of the non-empty ones, longest first, cut
@@ -382,23 +382,6 @@ class Translator:
         batch = [i for i, seq in enumerate(ids) if seq]  # an empty line is not decoded
         batches = [batch] if batch else []
         return self._decode_batches(ids, batches, options, extras, 1, 0, abandoned)
-
-    def _decode_chunk(
-        self,
-        ids: list[list[int]],
-        options: DecodeOptions,
-        extras: _Extras,
-        batch_tokens: int,
-        workers: int,
-        first_batch: int,
-        abandoned: Abandoned | None = None,
-    ) -> tuple[list[Translation | None], int]:
-        """Translations of these source ids, in their order, in `batches` (the first one numbered
-        `first_batch`) -> (translations, number of batches)."""
-        batches = self.batches(ids, batch_tokens, workers)
-        return self._decode_batches(
-            ids, batches, options, extras, workers, first_batch, abandoned
-        ), len(batches)
 
     def _decode_batches(
         self,
@@ -541,34 +524,14 @@ def resolve_model(directory: str | os.PathLike[str]) -> str | os.PathLike[str]:
     return directory
 
 
-def check_device(device: str | torch.device) -> torch.device:
-    """`torch.device(device)`, checked to be usable on this machine; a ValueError in one line says
-    why not (an unknown name, no CUDA, a CUDA index beyond the devices there are, no MPS)."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(
-            f"unknown device {str(device)!r}; expected cpu, cuda, cuda:N, mps, ..."
-        ) from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            built = "" if torch.version.cuda else " (this PyTorch is built without CUDA)"
-            raise ValueError(f"device {str(device)!r}: CUDA is not available here{built}")
-        n = torch.cuda.device_count()
-        if dev.index is not None and dev.index >= n:
-            raise ValueError(f"device {str(device)!r}: there are {n} CUDA devices (cuda:0 ..)")
-    elif dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"device {str(device)!r}: MPS is not available here")
-    elif dev.type == "meta":
-        raise ValueError("device 'meta' holds no data; translate on cpu, cuda or mps")
-    elif dev.type != "cpu":
-        try:
-            torch.empty(1, device=dev)
-        except (RuntimeError, AssertionError) as e:
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
-            raise ValueError(f"device {str(device)!r} is not usable here: {reason}") from None
-    return dev
+def _checked_runtime(runtime: RuntimeOptions | None) -> RuntimeOptions:
+    """The runtime options given (None: the defaults), checked to be a `RuntimeOptions`."""
+    if runtime is None:
+        return RuntimeOptions()
+    if not isinstance(runtime, RuntimeOptions):
+        raise TypeError(f"runtime must be a RuntimeOptions, got {type(runtime).__name__}")
+    return runtime
 
 
-__all__ = ["Translation", "Translator", "check_device"]
+# the defaults, for the modules that take them from here
+__all__ = ["DEFAULT_BATCH_TOKENS", "DEFAULT_MAX_SRC_TOKENS", "Translation", "Translator"]

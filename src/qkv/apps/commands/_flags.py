@@ -4,11 +4,14 @@
     add_flags(parser, "--device", ...)          flags of FLAGS, as declared there
     add_flag(parser, "--model", help="...")     one of FLAGS, changed for one command
     decode_options(args)                        the `DecodeOptions` of the parsed arguments
+    runtime_options(args)                       the `RuntimeOptions` of the parsed arguments
 
 A decoding flag is a `DecodeOptions` field: `--NAME` ("_" written "-"; `--sample`, a switch, for
 `sampling`), of the field's type, with the field's default (or the command's, as `qkv generate`'s
 GENERATE) and the field's metadata["help"]. `qkv translate` takes every field (ALL); the other
-commands take the groups that apply to them (SEARCH, SAMPLING).
+commands take the groups that apply to them (SEARCH, SAMPLING). How the model loads and runs
+(TRANSLATOR_FLAGS, --workers, `qkv serve`'s --threads) is one `RuntimeOptions`, each of its fields
+a flag of the same name.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...decode.options import DecodeOptions
+from ...runtime.options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ...runtime.precision import PRECISIONS
 from ...runtime.quantize import QUANTIZATIONS
-from ..translator import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS
 
 _FIELDS = {f.name: f for f in dataclasses.fields(DecodeOptions)}
 _TYPES = typing.get_type_hints(DecodeOptions)
@@ -72,6 +75,18 @@ def decode_options(args: argparse.Namespace, base: DecodeOptions | None = None) 
     n-best arguments, so their defaults apply)."""
     given = {name: getattr(args, name) for name in ALL if hasattr(args, name)}
     return (DecodeOptions() if base is None else base).replace(**given)
+
+
+def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
+    """The one `RuntimeOptions` of the parsed arguments: each field given as an argument of the
+    same name, the others at their defaults (`qkv serve` has no --workers, the others no
+    --threads; --threads 0 is torch's threads, as None). Checked as it is made: a device this
+    machine lacks is refused here, before any model loads."""
+    names = (f.name for f in dataclasses.fields(RuntimeOptions))
+    given = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    if given.get("threads") == 0:
+        given["threads"] = None
+    return RuntimeOptions(**given)
 
 
 FLAGS: dict[str, dict[str, Any]] = {  # flag -> its add_argument keywords

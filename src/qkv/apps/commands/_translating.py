@@ -10,22 +10,16 @@ import time
 
 from ...decode.alignment import format_alignment
 from ...decode.options import DecodeOptions
+from ...runtime.options import RuntimeOptions
 from ..documents import split_sentences
 from ..html import HtmlDocument
 from ..translator import Translation, Translator
 from ._io import Output
 
 
-def load_translator(args: argparse.Namespace) -> Translator:
-    """The translator of --model, --device, --max-src-tokens, --quantize, --pack, --precision."""
-    translator = Translator.load(
-        args.model,
-        args.device,
-        args.max_src_tokens,
-        quantize=args.quantize,
-        pack=args.pack,
-        precision=args.precision,
-    )
+def load_translator(models: list[str], runtime: RuntimeOptions) -> Translator:
+    """The translator of --model (`models`), loaded and run as the flags' `runtime` says."""
+    translator = Translator.load(models, runtime)
     print_decoding_path(translator)
     return translator
 
@@ -48,11 +42,7 @@ def translate_lines(
     start = time.perf_counter()
     results: list[Translation] = []
     stream = translator.translate_stream(
-        lines,
-        options,
-        alignment=getattr(args, "alignment", False),
-        batch_tokens=args.batch_tokens,
-        workers=args.workers,
+        lines, options, alignment=getattr(args, "alignment", False)
     )
     try:
         for i, r in enumerate(stream):
@@ -77,7 +67,6 @@ def translate_lines(
 
 
 def translate_paragraphs(
-    args: argparse.Namespace,
     translator: Translator,
     lines: list[str],
     options: DecodeOptions,
@@ -87,15 +76,12 @@ def translate_paragraphs(
     language), translated, and written back as one line with its own spacing, in order."""
     pieces = [split_sentences(line, source_language(translator)) for line in lines]
     sentences = [s for p in pieces for s in p.sentences]
-    stream = translator.translate_stream(
-        sentences, options, batch_tokens=args.batch_tokens, workers=args.workers
-    )
+    stream = translator.translate_stream(sentences, options)
     for p in pieces:
         output.write([p.join([next(stream).text for _ in p.sentences])])
 
 
 def translate_html(
-    args: argparse.Namespace,
     translator: Translator,
     lines: list[str],
     options: DecodeOptions,
@@ -103,9 +89,7 @@ def translate_html(
 ) -> None:
     """The input as one HTML document, written back with its text translated (`apps.html`)."""
     page = HtmlDocument("\n".join(lines), source_language(translator))
-    done = translator.translate(
-        page.sentences, options, batch_tokens=args.batch_tokens, workers=args.workers
-    )
+    done = translator.translate(page.sentences, options)
     output.write(page.join(done).split("\n"))
 
 

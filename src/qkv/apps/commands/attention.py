@@ -6,7 +6,6 @@ import argparse
 import warnings
 from pathlib import Path
 
-from ..translator import check_device
 from ._flags import (
     SEARCH,
     TRANSLATOR_FLAGS,
@@ -14,6 +13,7 @@ from ._flags import (
     add_flag,
     add_flags,
     decode_options,
+    runtime_options,
 )
 from ._io import error_line, read_lines
 from ._translating import load_translator
@@ -53,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.sentences) == bool(args.input):
         raise ValueError('give the sentences as arguments ("a source sentence") or --input FILE')
     check_out(Path(args.out), args.overwrite)  # before the model loads
-    check_device(args.device)
+    runtime = runtime_options(args)
     texts = args.sentences or read_lines(args.input)
-    translator = load_translator(args)
+    translator = load_translator(args.model, runtime)
     with warnings.catch_warnings(record=True) as caught:  # each warning once, on one line
         warnings.simplefilter("always")
         paths = write_attention(
@@ -63,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
             texts,
             args.out,
             options,
-            batch_tokens=args.batch_tokens,
-            workers=args.workers,
             overwrite=args.overwrite,
         )
     shown = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..translator import check_device
+from ...runtime.options import check_device
 from ._flags import add_flag, add_flags
 from ._io import Output, read_input_lines
 

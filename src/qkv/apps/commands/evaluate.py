@@ -6,8 +6,14 @@ import argparse
 import logging
 from dataclasses import dataclass
 
-from ..translator import check_device
-from ._flags import SEARCH, TRANSLATOR_FLAGS, add_decoding_arguments, add_flags, decode_options
+from ._flags import (
+    SEARCH,
+    TRANSLATOR_FLAGS,
+    add_decoding_arguments,
+    add_flags,
+    decode_options,
+    runtime_options,
+)
 from ._io import Output, check_output_path, read_lines
 from ._translating import load_translator, translate_lines
 
@@ -65,12 +71,12 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluate import score
 
     options = decode_options(args)
-    check_device(args.device)
+    runtime = runtime_options(args)
     test = _test_set(args)
     sources, refs, tok_refs = _read_test_set(test)
     if args.output:
         check_output_path(args.output, [test.src, test.ref, test.tok_ref])
-    translator = load_translator(args)
+    translator = load_translator(args.model, runtime)
     output = Output(args.output) if args.output else None
     try:
         results = translate_lines(args, translator, sources, options, output)

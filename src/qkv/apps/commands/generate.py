@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ...decode.options import MAX_OUTPUT_TOKENS
+from ...runtime.options import check_device
 from ..generate import GENERATE
-from ..translator import check_device
 from ._flags import SAMPLING, add_decoding_arguments, add_flag, decode_options
 from ._io import Output, read_input_lines
 

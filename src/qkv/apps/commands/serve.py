@@ -8,8 +8,14 @@ import os
 
 from ..documents import SPLITS
 from ..server.limits import Limits
-from ..translator import check_device
-from ._flags import TRANSLATOR_FLAGS, add_decoding_arguments, add_flag, add_flags, decode_options
+from ._flags import (
+    TRANSLATOR_FLAGS,
+    add_decoding_arguments,
+    add_flag,
+    add_flags,
+    decode_options,
+    runtime_options,
+)
 from ._translating import print_decoding_path
 
 HELP = "serve model directories over HTTP: LibreTranslate-compatible and native APIs, a page"
@@ -131,18 +137,10 @@ def run(args: argparse.Namespace) -> int:
 
     options = decode_options(args)  # what a request leaves unset
     request_limits = parse_limits(args)
-    check_device(args.device)
+    runtime = runtime_options(args)
     bind(args.host, args.port).close()  # a busy port or an unknown host: before the models load
-    configure_process(threads=args.threads, cudnn_attention=False)  # qkv.runtime.process
-    models = load_models(
-        args.model,
-        args.pair or (),
-        args.device,
-        args.max_src_tokens,
-        args.quantize,
-        args.pack,
-        args.precision,
-    )
+    configure_process(threads=runtime.threads, cudnn_attention=False)  # qkv.runtime.process
+    models = load_models(args.model, args.pair or (), runtime)
     print_decoding_path(models[0].translator)
     warm_up(models, options)
     app = create_app(
@@ -151,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         api_key=args.api_key or os.environ.get("QKV_API_KEY") or None,
         max_wait=args.max_wait_ms / 1000,
-        batch_tokens=args.batch_tokens,
+        batch_tokens=runtime.batch_tokens,
         batching=not args.no_batching,
         cors_origins=args.cors,
         split=args.split,

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from ..translator import check_device
-from ._flags import ALL, TRANSLATOR_FLAGS, add_decoding_arguments, add_flags, decode_options
+from ._flags import (
+    ALL,
+    TRANSLATOR_FLAGS,
+    add_decoding_arguments,
+    add_flags,
+    decode_options,
+    runtime_options,
+)
 from ._io import Output, read_input_lines
 from ._translating import load_translator, translate_html, translate_lines, translate_paragraphs
 
@@ -53,14 +59,14 @@ def run(args: argparse.Namespace) -> int:
     whole = args.split == "sentences" or args.format == "html"
     if whole and (args.alignment or options.nbest > 1):
         raise ValueError("--alignment and --nbest take one sentence per line: use --split lines")
-    check_device(args.device)
+    runtime = runtime_options(args)  # a bad device, before the input is read
     lines = read_input_lines(args.input)
     output = Output()
-    translator = load_translator(args)
+    translator = load_translator(args.model, runtime)
     if args.format == "html":
-        translate_html(args, translator, lines, options, output)
+        translate_html(translator, lines, options, output)
     elif args.split == "sentences":
-        translate_paragraphs(args, translator, lines, options, output)
+        translate_paragraphs(translator, lines, options, output)
     else:
         translate_lines(args, translator, lines, options, output)
     return 0

@@ -2,6 +2,7 @@
 
     models = load_models(["runs/en-de", "runs/de-en"])         # pairs from config.json
     models = load_models(["runs/mine"], pairs=["en-de"])       # for a model that records none
+    models = load_models(["runs/en-de"], runtime=RuntimeOptions(device="cuda"))
     serve(create_app(models), host="127.0.0.1", port=8000)     # until SIGTERM or Ctrl-C
 
 The socket is bound before uvicorn starts, so that port 0 (a free port) works: the line
@@ -26,7 +27,8 @@ from fastapi import FastAPI
 
 from ...decode.options import DecodeOptions
 from ...modeldir import load_languages
-from ..translator import DEFAULT_MAX_SRC_TOKENS, Translator, resolve_model
+from ...runtime.options import RuntimeOptions
+from ..translator import Translator, resolve_model
 from .service import ServedModel, Stopped
 
 log = logging.getLogger("qkv.serve")
@@ -43,14 +45,11 @@ def parse_pair(text: str) -> tuple[str, str]:
 def load_models(
     directories: Sequence[str],
     pairs: Sequence[str] = (),
-    device: str = "cpu",
-    max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS,
-    quantize: str | None = None,
-    pack: bool | None = None,
-    precision: str = "auto",
+    runtime: RuntimeOptions | None = None,
 ) -> list[ServedModel]:
     """One `ServedModel` per model directory, each with the pair its config.json records, or the
-    pair given for it in `pairs` (one per directory, in order; given ones win)."""
+    pair given for it in `pairs` (one per directory, in order; given ones win), each loaded and
+    run as `runtime` says (None: `RuntimeOptions()`)."""
     if pairs and len(pairs) != len(directories):
         raise ValueError(
             f"{len(pairs)} --pair for {len(directories)} --model: give one --pair per model "
@@ -65,7 +64,7 @@ def load_models(
                 f"{directory} does not record its languages; give them with --pair SRC-TGT "
                 "(e.g. --pair en-de)"
             )
-        translator = Translator.load(directory, device, max_src_tokens, quantize, pack, precision)
+        translator = Translator.load(directory, runtime)
         models.append(ServedModel(pair[0], pair[1], translator))
     return models
 
