@@ -30,14 +30,11 @@ import math
 import os
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from itertools import pairwise
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from ..data.batching import cut_into_batches, pad_sequences
+from ..data.batching import chunks, pad_sequences, sorted_batches
 from ..data.tokenizer import SubwordTokenizer
 from ..decode.alignment import hard_alignment
 from ..decode.ensemble import Ensemble
@@ -52,67 +49,11 @@ from ..runtime.choice import choose_decoding_path
 from ..runtime.options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ..runtime.prepare import prepare_for_decoding
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
+from .translation import Extras, Translation
 
 CHUNK_BATCHES = 16  # translate_stream decodes about this many batches' worth of lines at a time
 # one batch to search: src (B, S), options, max_len (B,), seed, abandoned (row -> drop it?)
 _Search = tuple[Tensor, DecodeOptions, Tensor, int, Abandoned | None]
-
-
-@dataclass
-class Translation:
-    """One translated sentence.
-
-    text: the best hypothesis, detokenized.
-    score: its log-prob with the length penalty (`qkv.decode.search.length_penalty`).
-    tokens: its target ids (eos excluded).
-    nbest: (text, score) of the n best hypotheses, best first.
-    attention: on request, the best hypothesis's last-layer cross-attention averaged over heads,
-        (T, S) with T = len(tokens) + 1 (the last row predicted eos) and S = source tokens + eos.
-    source_tokens, target_tokens: with attention, alignment or attention_maps: the subword pieces
-        the model read and wrote, as SentencePiece spells them ("▁" before a word), eos ("</s>")
-        included: the columns and rows of `attention`.
-    alignment: on request, hard word alignments from `attention`: (source word, target word)
-        pairs, 0-based whitespace words (`qkv.decode.alignment`).
-    attention_maps: on request, every layer's and head's attention of the best hypothesis:
-        encoder (H, S, S), decoder (H, T, T), cross (H, T, S) per layer (`decode.search`).
-    An empty input line is not decoded: its tokens and alignment are empty, its maps None.
-    """
-
-    text: str
-    score: float
-    tokens: list[int]
-    nbest: list[tuple[str, float]]
-    attention: Tensor | None = None
-    source_tokens: list[str] | None = None
-    target_tokens: list[str] | None = None
-    alignment: list[tuple[int, int]] | None = None
-    attention_maps: AttentionWeights | None = None
-
-
-@dataclass(frozen=True)
-class _Extras:
-    """What a translation carries on request besides its text and score."""
-
-    attention: bool = False
-    alignment: bool = False
-    maps: bool = False
-
-    @property
-    def weights(self) -> bool:
-        """Whether any of them needs the attention weights (and the tokens)."""
-        return self.attention or self.alignment or self.maps
-
-    def empty(self) -> Translation:
-        """The Translation of an empty line, which is not decoded: no tokens, no alignment."""
-        return Translation(
-            "",
-            0.0,
-            [],
-            [("", 0.0)],
-            source_tokens=[] if self.weights else None,
-            target_tokens=[] if self.weights else None,
-            alignment=[] if self.alignment else None,
-        )
 
 
 class Translator:
@@ -252,7 +193,7 @@ class Translator:
             True drops it (its caller gave up), and its Translation is None (`decode.search`).
             Worker processes do not ask it.
         """
-        extras = _Extras(attention, alignment, attention_maps)
+        extras = Extras(attention, alignment, attention_maps)
         ids, options, runtime = self._prepare(texts, options, extras, batch_tokens, workers)
         return list(self._stream(ids, options, extras, runtime, math.inf, abandoned))
 
@@ -280,7 +221,7 @@ class Translator:
         `translate_detailed`, except that sampling's draws depend on the batch, hence on the
         chunking.
         """
-        extras = _Extras(attention, alignment, attention_maps)
+        extras = Extras(attention, alignment, attention_maps)
         ids, options, runtime = self._prepare(texts, options, extras, batch_tokens, workers)
         if chunk_tokens is None:
             chunk_tokens = max(CHUNK_BATCHES, runtime.workers) * runtime.batch_tokens
@@ -292,7 +233,7 @@ class Translator:
         self,
         texts: Sequence[str],
         options: DecodeOptions | None,
-        extras: _Extras,
+        extras: Extras,
         batch_tokens: int | None,
         workers: int | None,
     ) -> tuple[list[list[int]], DecodeOptions, RuntimeOptions]:
@@ -310,7 +251,7 @@ class Translator:
         runtime = self.runtime.replace(**changes) if changes else self.runtime
         return self.encode(texts), options, runtime
 
-    def _check_options(self, options: DecodeOptions | None, extras: _Extras) -> DecodeOptions:
+    def _check_options(self, options: DecodeOptions | None, extras: Extras) -> DecodeOptions:
         """The options (None: the defaults), checked against this translator."""
         if options is None:
             options = DecodeOptions()
@@ -333,7 +274,7 @@ class Translator:
         self,
         ids: list[list[int]],
         options: DecodeOptions,
-        extras: _Extras,
+        extras: Extras,
         runtime: RuntimeOptions,
         chunk_tokens: float,
         abandoned: Abandoned | None = None,
@@ -342,7 +283,7 @@ class Translator:
         tokens at a time, batched as `runtime` says. Batch b of the whole input samples with
         seed + b."""
         first_batch = 0
-        for start, end in _chunks(ids, chunk_tokens):
+        for start, end in chunks(ids, chunk_tokens):
             chunk = ids[start:end]
             dropped = None if abandoned is None else _shifted(abandoned, start)
             batches = self.batches(chunk, runtime.batch_tokens, runtime.workers)
@@ -355,16 +296,7 @@ class Translator:
         """The one batching of source ids: the indices of the non-empty ones, longest first, cut
         into batches of at most batch_tokens padded tokens (eos counted; a longer sentence goes
         alone); with fewer batches than workers, the largest are split so that each has one."""
-        order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: -len(ids[i]))
-        sizes = np.array([len(ids[i]) + 1 for i in order], dtype=np.int64)
-        sizes = np.minimum(sizes, batch_tokens)
-        bounds = list(pairwise(cut_into_batches(sizes, sizes, batch_tokens)))
-        while len(bounds) < workers and any(end - start > 1 for start, end in bounds):
-            start, end = max(bounds, key=lambda b: b[1] - b[0])  # split the largest batch in two
-            middle = (start + end) // 2
-            bounds.remove((start, end))
-            bounds = sorted([*bounds, (start, middle), (middle, end)])
-        return [order[start:end] for start, end in bounds]
+        return sorted_batches(ids, batch_tokens, workers)
 
     def translate_batch(
         self,
@@ -377,7 +309,7 @@ class Translator:
     ) -> list[Translation | None]:
         """Translate source ids (`encode`'s, of one of `batches`) as one batch, in their order:
         what a server that batches requests itself calls. None for the ids `abandoned` drops."""
-        extras = _Extras(attention, alignment)
+        extras = Extras(attention, alignment)
         self._check_options(options, extras)
         batch = [i for i, seq in enumerate(ids) if seq]  # an empty line is not decoded
         batches = [batch] if batch else []
@@ -388,7 +320,7 @@ class Translator:
         ids: list[list[int]],
         batches: list[list[int]],
         options: DecodeOptions,
-        extras: _Extras,
+        extras: Extras,
         workers: int,
         first_batch: int,
         abandoned: Abandoned | None,
@@ -470,7 +402,7 @@ class Translator:
         hyps: list[Hypothesis],
         src_ids: list[int],
         maps: AttentionWeights | None,
-        extras: _Extras,
+        extras: Extras,
     ) -> Translation:
         """The Translation of a sentence's hypotheses (best first) and the best one's maps."""
         texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
@@ -501,20 +433,6 @@ def _shifted(abandoned: Abandoned, start: int) -> Abandoned:
 def _picked(abandoned: Abandoned, batch: list[int]) -> Abandoned:
     """`abandoned` asked about text batch[r] for row r of a batch."""
     return lambda r: abandoned(batch[r])
-
-
-def _chunks(ids: list[list[int]], chunk_tokens: float) -> Iterator[tuple[int, int]]:
-    """(start, end) of consecutive runs of `ids` holding at most chunk_tokens tokens (eos counted;
-    empty lines count none) each; a longer line is a run alone."""
-    start, tokens = 0, 0
-    for i, seq in enumerate(ids):
-        size = len(seq) + 1 if seq else 0
-        if tokens and tokens + size > chunk_tokens:
-            yield start, i
-            start, tokens = i, 0
-        tokens += size
-    if start < len(ids):
-        yield start, len(ids)
 
 
 def resolve_model(directory: str | os.PathLike[str]) -> str | os.PathLike[str]:

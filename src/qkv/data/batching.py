@@ -210,3 +210,34 @@ class TokenBatchSampler:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.position = state["epoch"], state["position"]
+
+
+def sorted_batches(
+    ids: Sequence[Sequence[int]], batch_tokens: int, parts: int = 1
+) -> list[list[int]]:
+    """Batches for decoding: the indices of the non-empty sequences, longest first, cut into
+    batches of at most batch_tokens padded tokens (eos counted; a longer sequence goes alone);
+    with fewer batches than `parts`, the largest are split so that each part has one."""
+    order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: -len(ids[i]))
+    sizes = np.minimum(np.array([len(ids[i]) + 1 for i in order], dtype=np.int64), batch_tokens)
+    bounds = list(pairwise(cut_into_batches(sizes, sizes, batch_tokens)))
+    while len(bounds) < parts and any(end - start > 1 for start, end in bounds):
+        start, end = max(bounds, key=lambda b: b[1] - b[0])  # split the largest batch in two
+        middle = (start + end) // 2
+        bounds.remove((start, end))
+        bounds = sorted([*bounds, (start, middle), (middle, end)])
+    return [order[start:end] for start, end in bounds]
+
+
+def chunks(ids: Sequence[Sequence[int]], chunk_tokens: float) -> Iterator[tuple[int, int]]:
+    """(start, end) of consecutive runs of `ids` holding at most chunk_tokens tokens (eos counted;
+    empty sequences count none) each; a longer sequence is a run alone."""
+    start, tokens = 0, 0
+    for i, seq in enumerate(ids):
+        size = len(seq) + 1 if seq else 0
+        if tokens and tokens + size > chunk_tokens:
+            yield start, i
+            start, tokens = i, 0
+        tokens += size
+    if start < len(ids):
+        yield start, len(ids)

@@ -11,7 +11,7 @@ float rounding (tests: 1e-5).
 Inference only (no backward); the speed-up over `nn.Linear` in greedy and beam decoding is measured
 in docs/benchmarks.md. `Translator.load` packs where it measures packing faster (`runtime.choice`).
 
-    translator = Translator.load("runs/m30k-en-de", pack=True)  # packed whatever it measures
+    translator = Translator.load("runs/m30k-en-de", RuntimeOptions(pack=True))  # packed, always
     model = pack_linear_weights(model)               # any model, e.g. for `decode.greedy`
 """
 

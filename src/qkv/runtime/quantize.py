@@ -6,7 +6,7 @@ own range, and the matmul runs in int8 with int32 accumulation (fbgemm). Embeddi
 the attention itself stay in float32. Weights shrink 4x, which is what a memory-bound batch-1
 decoder is waiting on.
 
-    translator = Translator.load("runs/m30k-en-de", quantize="int8")
+    translator = Translator.load("runs/m30k-en-de", RuntimeOptions(quantize="int8"))
     # or, from the command line: qkv translate --quantize int8
 """
 

@@ -1,0 +1,69 @@
+"""What a translation returns: the text, its score and tokens, the n-best list, and on request
+the attention, the word alignment and every attention map (`Translator.translate_detailed`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from ..model import AttentionWeights
+
+
+@dataclass
+class Translation:
+    """One translated sentence.
+
+    text: the best hypothesis, detokenized.
+    score: its log-prob with the length penalty (`qkv.decode.search.length_penalty`).
+    tokens: its target ids (eos excluded).
+    nbest: (text, score) of the n best hypotheses, best first.
+    attention: on request, the best hypothesis's last-layer cross-attention averaged over heads,
+        (T, S) with T = len(tokens) + 1 (the last row predicted eos) and S = source tokens + eos.
+    source_tokens, target_tokens: with attention, alignment or attention_maps: the subword pieces
+        the model read and wrote, as SentencePiece spells them ("▁" before a word), eos ("</s>")
+        included: the columns and rows of `attention`.
+    alignment: on request, hard word alignments from `attention`: (source word, target word)
+        pairs, 0-based whitespace words (`qkv.decode.alignment`).
+    attention_maps: on request, every layer's and head's attention of the best hypothesis:
+        encoder (H, S, S), decoder (H, T, T), cross (H, T, S) per layer (`decode.search`).
+    An empty input line is not decoded: its tokens and alignment are empty, its maps None.
+    """
+
+    text: str
+    score: float
+    tokens: list[int]
+    nbest: list[tuple[str, float]]
+    attention: Tensor | None = None
+    source_tokens: list[str] | None = None
+    target_tokens: list[str] | None = None
+    alignment: list[tuple[int, int]] | None = None
+    attention_maps: AttentionWeights | None = None
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What a translation carries on request besides its text and score."""
+
+    attention: bool = False
+    alignment: bool = False
+    maps: bool = False
+
+    @property
+    def weights(self) -> bool:
+        """Whether any of them needs the attention weights (and the tokens)."""
+        return self.attention or self.alignment or self.maps
+
+    def empty(self) -> Translation:
+        """The Translation of an empty line, which is not decoded: no tokens, no alignment."""
+        return Translation(
+            "",
+            0.0,
+            [],
+            [("", 0.0)],
+            source_tokens=[] if self.weights else None,
+            target_tokens=[] if self.weights else None,
+            alignment=[] if self.alignment else None,
+        )
+
+__all__ = ["Extras", "Translation"]
