@@ -34,3 +34,16 @@ def test_the_trace_ends_in_the_translation(model_dir: Path, beam: int) -> None:
 def test_sampling_is_not_traced(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="greedy and beam search"):
         trace_translation(Translator.load(model_dir), EN[0], DecodeOptions(sampling=True, nbest=1))
+
+
+def test_translate_trace_from_the_command_line(model_dir: Path, tmp_path: Path, capsys) -> None:
+    from qkv.apps.cli import main
+
+    (tmp_path / "in.txt").write_text(f"{EN[0]}\n{EN[1]}\n", encoding="utf-8")
+    args = ["translate", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"),
+            "--beam", "2", "--max-len-b", "6", "--trace"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("source: ") == 2 and out.count("finished hypotheses, best score first:") == 2
+    assert main([*args, "--split", "sentences"]) == 2
+    assert "--trace shows the search of each line" in capsys.readouterr().err

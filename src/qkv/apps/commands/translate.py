@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..trace import format_trace, trace_translation
 from ._flags import (
     ALL,
     TRANSLATOR_FLAGS,
@@ -49,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="html: the input is one HTML document, written back with its text translated and "
         "its markup kept",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="show the search of each line step by step instead: the candidates ranked, what "
+        "ends (with its length-penalised score), the beam kept (--beam 1: greedy)",
+    )
     add_flags(parser, *TRANSLATOR_FLAGS, "--workers")
 
 
@@ -56,14 +63,20 @@ def run(args: argparse.Namespace) -> int:
     options = decode_options(args)
     if args.alignment and options.nbest > 1:
         raise ValueError("--alignment writes the best translation's alignment; use --nbest 1")
-    whole = args.split == "sentences" or args.format == "html"
+    whole = args.split == "sentences" or args.format == "html" or args.trace
     if whole and (args.alignment or options.nbest > 1):
         raise ValueError("--alignment and --nbest take one sentence per line: use --split lines")
+    if args.trace and (args.split != "lines" or args.format != "text" or options.sampling):
+        raise ValueError("--trace shows the search of each line: no --split, --format or --sample")
     runtime = runtime_options(args)  # a bad device, before the input is read
     lines = read_input_lines(args.input)
     output = Output()
     translator = load_translator(args.model, runtime)
-    if args.format == "html":
+    if args.trace:
+        for line in lines:
+            steps = trace_translation(translator, line, options)
+            output.write([f"source: {line}", *format_trace(steps, translator, options).split("\n")])
+    elif args.format == "html":
         translate_html(translator, lines, options, output)
     elif args.split == "sentences":
         translate_paragraphs(translator, lines, options, output)
