@@ -47,3 +47,15 @@ def test_translate_trace_from_the_command_line(model_dir: Path, tmp_path: Path, 
     assert out.count("source: ") == 2 and out.count("finished hypotheses, best score first:") == 2
     assert main([*args, "--split", "sentences"]) == 2
     assert "--trace shows the search of each line" in capsys.readouterr().err
+
+
+def test_qkv_explain_prints_every_step(model_dir: Path, tmp_path: Path, capsys) -> None:
+    from qkv.apps.cli import main
+
+    assert main(["explain", "--model", str(model_dir), EN[0]]) == 0
+    out = capsys.readouterr().out
+    steps = [line.split(".")[0] for line in out.splitlines() if line.startswith("## ")]
+    assert steps == [f"## {i}" for i in range(1, 9)]
+    assert "softmax: weights" in out and "next token" in out
+    assert main(["explain", "--model", str(model_dir), EN[0], "--out", str(tmp_path / "p.md")]) == 0
+    assert (tmp_path / "p.md").read_text(encoding="utf-8") == out

@@ -7,6 +7,7 @@
     qkv demo [--out DIR]                          train on synthetic data and show the result
     qkv translate --model DIR [--input FILE]      translate lines (stdin or FILE) to stdout
     qkv attention --model DIR --out DIR TEXT      every attention map of a translation: JSON, PNGs
+    qkv explain --model DIR TEXT                  one sentence through the model, step by step
     qkv evaluate --model DIR --src F --ref F      sacreBLEU BLEU and chrF (or --corpus NAME --pair)
     qkv generate --model DIR [--prompt TEXT]      continue prompts with a language model (--task lm)
     qkv classify --model DIR [--input FILE]       label lines with a classifier (--task classify)

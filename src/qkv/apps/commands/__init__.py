@@ -26,6 +26,7 @@ COMMANDS = (
     "average",
     "translate",
     "attention",
+    "explain",
     "evaluate",
     "serve",
     "convert",

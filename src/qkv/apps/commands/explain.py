@@ -1,0 +1,42 @@
+"""`qkv explain`: one sentence through a model, step by step, as a Markdown page (`apps.explain`):
+the model's own translation of it (greedy) is the target the decoder reads."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ...decode.options import DecodeOptions
+from ...runtime.options import RuntimeOptions
+from ..explain import walkthrough
+from ..translator import Translator
+
+HELP = "one sentence through the model, every tensor's shape and numbers (Markdown)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a model directory (or hf:ORG/NAME)")
+    parser.add_argument("sentence", help="the source sentence")
+    parser.add_argument("--out", help="write the page to this file (default: stdout)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.out and Path(args.out).exists():
+        raise ValueError(f"--out {args.out} exists; choose a new file")
+    translator = Translator.load(args.model, RuntimeOptions(precision="fp32", pack=False))
+    [result] = translator.translate_detailed([args.sentence], DecodeOptions(beam=1))
+    tok = translator.tokenizer
+    [ids] = translator.encode([args.sentence])
+    lines = walkthrough(
+        translator.model,  # type: ignore[arg-type]
+        [*ids, tok.eos_id],
+        [tok.bos_id, *result.tokens],
+        tok.src_vocabulary(),
+        tok.tgt_vocabulary(),
+    )
+    page = "\n".join([f"# {args.sentence} → {result.text}", "", *lines]) + "\n"
+    if args.out:
+        Path(args.out).write_text(page, encoding="utf-8")
+    else:
+        print(page, end="")
+    return 0
