@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -121,37 +122,66 @@ def samples(corpus: str, pair: str, data_dir: str, hyp_file: Path, n: int = 10) 
     return [{"source": a, "reference": b, "translation": c} for a, b, c in rows]
 
 
+PAIR = re.compile(r"([a-z0-9]+)-([a-z]{2})-([a-z]{2})(?:-|$)")  # corpus-src-tgt in a run's name
+
+
+def run_label(path: str) -> str:
+    """A run's name: its log file's stem, or its folder's name for RUN/log.csv."""
+    return Path(path).stem if Path(path).stem != "log" else Path(path).parent.name
+
+
+def by_pair(logs: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """The logs grouped by the corpus and language pair in their names ("multi30k de→en"), each
+    as (path, the rest of the name: "wide-lc-bf16", or "base" for the recipe itself)."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for path in logs:
+        name = run_label(path).removeprefix("cpu-").removeprefix("gpu-")
+        match = PAIR.search(name)
+        pair = f"{match[1]} {match[2]}→{match[3]}" if match else "other runs"
+        rest = name[match.end():] if match else name
+        groups.setdefault(pair, []).append((path, rest or "base"))
+    return {pair: sorted(runs, key=lambda run: (run[1] != "base", run[1]))
+            for pair, runs in sorted(groups.items())}
+
+
 def plot(png: str, logs: list[str]) -> None:
-    """Validation BLEU (greedy, sacreBLEU) and losses against updates, one line per log.csv (its folder or file
-    name is the label)."""
-    import matplotlib
+    """Validation BLEU (greedy, sacreBLEU) and losses against updates: one row of two panels per
+    corpus and language pair, one colour per run (its folder or file name is the label)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from qkv.apps.figures import save  # a small PNG of 256 colours at most
 
-    fig, (ax_bleu, ax_loss) = plt.subplots(1, 2, figsize=(12, 5.5))
-    colors = plt.get_cmap("tab20").colors  # distinct colours for up to 20 runs
-    for i, path in enumerate(logs):
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-        label = Path(path).stem if Path(path).stem != "log" else Path(path).parent.name
-        color = colors[i % len(colors)]
-        valid = [r for r in rows if r["valid_bleu"]]
-        ax_bleu.plot([int(r["step"]) for r in valid], [float(r["valid_bleu"]) for r in valid],
-                     marker=".", color=color, label=label)
-        train = [r for r in rows if r["train_loss"]]
-        ax_loss.plot([int(r["step"]) for r in train], [float(r["train_loss"]) for r in train], color=color)
-        ax_loss.plot([int(r["step"]) for r in valid], [float(r["valid_loss"]) for r in valid], "--",
-                     color=color)
-    ax_bleu.set(xlabel="update", ylabel="validation BLEU (greedy, sacreBLEU)")
-    ax_loss.set(xlabel="update", ylabel="label-smoothed loss (solid: train, dashed: valid)")
-    for ax in (ax_bleu, ax_loss):
-        ax.grid(alpha=0.3)
-    # one legend for both panels, below them: the runs' colours
-    fig.legend(*ax_bleu.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8)
-    fig.tight_layout(rect=(0, 0.04 * ((len(logs) + 2) // 3), 1, 1))
-    fig.savefig(png, dpi=110)
+    groups = by_pair(logs)
+    fig = Figure(figsize=(12, 3.3 * len(groups)), layout="constrained")
+    axes = fig.subplots(len(groups), 2, squeeze=False)
+    for (ax_bleu, ax_loss), (pair, runs) in zip(axes, groups.items(), strict=True):
+        for i, (path, label) in enumerate(runs):
+            plot_run(ax_bleu, ax_loss, path, label, f"C{i % 10}")
+        ax_bleu.set(ylabel="validation BLEU", title=f"{pair}: validation BLEU (greedy, sacreBLEU)")
+        ax_loss.set(ylabel="label-smoothed loss")
+        ax_loss.set_title(f"{pair}: loss (solid: train, dashed: valid)")
+        ax_bleu.legend(fontsize=8, loc="lower right", ncol=2 if len(runs) > 4 else 1)
+        for ax in (ax_bleu, ax_loss):
+            ax.grid(alpha=0.3)
+    for ax in axes[-1]:
+        ax.set_xlabel("update")
+    save(fig, Path(png))
     print(f"wrote {png}")
+
+
+def plot_run(ax_bleu, ax_loss, path: str, label: str, color: str) -> None:
+    """One run's validation BLEU on ax_bleu, its train (solid) and valid (dashed) loss on
+    ax_loss."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    valid = [r for r in rows if r["valid_bleu"]]
+    ax_bleu.plot([int(r["step"]) for r in valid], [float(r["valid_bleu"]) for r in valid],
+                 marker=".", ms=3, color=color, label=label)
+    train = [r for r in rows if r["train_loss"]]
+    ax_loss.plot([int(r["step"]) for r in train], [float(r["train_loss"]) for r in train],
+                 color=color)
+    ax_loss.plot([int(r["step"]) for r in valid], [float(r["valid_loss"]) for r in valid], "--",
+                 color=color)
 
 
 def main() -> int:

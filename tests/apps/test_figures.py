@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from qkv.apps.cli import main
-from qkv.apps.figures import ALL_FIGURES, crossover_length, layer_flops, make_figures
+from qkv.apps.figures import (
+    ALL_FIGURES,
+    crossover_length,
+    draw_norms,
+    draw_rope_score,
+    layer_flops,
+    make_figures,
+    sinusoid_dot,
+    sinusoid_rows,
+)
+from qkv.apps.figures.positions import offset_steps, rises, sinusoid_at
+from qkv.model.positions import relative_position_bucket
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +41,9 @@ def test_every_figure_is_drawn_as_a_png(tmp_path: Path) -> None:
     for path in paths:
         assert_png(path)
     assert sum(str(p) in " ".join(lines) for p in paths) == len(paths)  # one summary line each
-    again = make_figures(tmp_path / "again", small=True, only=["norms", "rope_score"], report=lines.append)
+    again = make_figures(
+        tmp_path / "again", small=True, only=["norms", "rope_score"], report=lines.append
+    )
     for path in again:  # seeded: the same figure, byte for byte
         assert path.read_bytes() == (tmp_path / path.name).read_bytes(), path.name
 
@@ -41,7 +56,9 @@ def test_the_committed_figures_are_small_valid_pngs() -> None:
 
 
 def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["figures", "--out", str(tmp_path), "--small", "--only", "masks", "temperature"]) == 0
+    assert (
+        main(["figures", "--out", str(tmp_path), "--small", "--only", "masks", "temperature"]) == 0
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["masks.png", "temperature.png"]
     assert "masks.png" in capsys.readouterr().out
     assert main(["figures", "--out", str(tmp_path), "--demo-model", str(tmp_path / "none")]) == 2
@@ -51,7 +68,9 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_score_flops_reach_the_linear_flops_at_2d_plus_d_ff() -> None:
     d, d_ff = 512, 2048
     assert crossover_length(d, d_ff) == 3072
-    linear, scores = layer_flops(3072, d, d_ff)  # one qkv EncoderLayer, counted by torch's FlopCounterMode
+    linear, scores = layer_flops(
+        3072, d, d_ff
+    )  # one qkv EncoderLayer, counted by torch's FlopCounterMode
     assert linear == scores == 4 * 3072**2 * d  # Q K^T and A V: 2 L^2 d each
     short_linear, short_scores = layer_flops(512, d, d_ff)
     assert short_linear == 2 * 512 * (4 * d * d + 2 * d * d_ff)  # W^Q, W^K, W^V, W^O; W_1, W_2
@@ -64,8 +83,54 @@ def test_concepts_page_names_tests_that_exist() -> None:
 
     page = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
     named = set(re.findall(r"`(test_\w+)`", page))
-    defined = {m for path in (ROOT / "tests").rglob("test_*.py")
-               for m in re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), re.M)}
+    defined = {
+        m
+        for path in (ROOT / "tests").rglob("test_*.py")
+        for m in re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), re.M)
+    }
     assert len(named) >= 10 and named <= defined, sorted(named - defined)
     for name in ALL_FIGURES:  # and every figure is on the page
         assert f"figures/{name}.png" in page, name
+
+
+def test_sinusoid_dot_has_shoulders_before_it_first_rises_at_44() -> None:
+    """sinusoid_dot.png: the ripples below k = 44 are shoulders (the fall slows, never turns); f
+    first rises at 44 by 0.012 on 134.76, then again at 50, 56, 62."""
+    f = sinusoid_dot(512, 120)
+    step = offset_steps(f)
+    assert rises(f)[:4] == [44, 50, 56, 62]
+    assert abs(float(step[43]) - 0.0117) < 1e-3 and abs(float(f[44]) - 134.770) < 1e-3
+    assert bool((step[:43] < 0).all())
+    shoulders = [7, 13, 19, 25, 31, 38]  # local peaks of the step, all below 0
+    assert all(
+        step[k - 2] < step[k - 1] > step[k] and -0.4 < step[k - 1] < -0.03 for k in shoulders
+    )
+
+
+def test_sinusoidal_dots_lie_on_the_formula() -> None:
+    """sinusoidal.png: the lines (the formula at real p) pass through qkv's table at integer p."""
+    pe = sinusoid_rows(100, 128).numpy()
+    for dim in (0, 1, 10, 20, 40, 41):
+        assert abs(sinusoid_at(np.arange(100), dim, 128) - pe[:, dim]).max() < 1e-6
+
+
+def test_rope_colours_are_centred_at_zero() -> None:
+    fig, _ = draw_rope_score(small=True)
+    norm = fig.axes[0].images[0].norm
+    assert norm(0.0) == 0.5 and norm.vmin < 0 < norm.vmax  # white (the middle of RdBu) is 0
+
+
+def test_norms_panels_are_labelled_with_integer_features() -> None:
+    fig, _ = draw_norms(small=True)
+    assert all(ax.get_ylabel() for ax in fig.axes[:3])
+    assert all(float(x).is_integer() for x in fig.axes[0].get_xticks())
+
+
+def test_t5_buckets_are_exact_to_8_bidirectional_and_16_causal() -> None:
+    """The caption of relative_positions.png: distances with a bucket of their own."""
+    distance = torch.arange(200)
+    for bidirectional, exact in ((True, 8), (False, 16)):
+        rel = distance if bidirectional else -distance
+        buckets = relative_position_bucket(rel, bidirectional, num_buckets=32, max_distance=128)
+        assert buckets[:exact].unique().numel() == exact
+        assert buckets[exact] == buckets[exact + 1]  # the first shared bucket

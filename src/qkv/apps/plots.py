@@ -121,11 +121,13 @@ def heatmap(
     vmin: float | None = 0.0,
     vmax: float | None = None,
     fontsize: float = 8,
+    annotate: float | None = None,
 ) -> AxesImage:
     """Draw `matrix` (rows: y_labels, columns: x_labels) on `ax`, one tick label per row and per
     column (x labels longer than 2 characters turned upright). matrix: (len(y_labels),
-    len(x_labels)), anything numpy reads (a CPU tensor, an array, nested lists). Returns the image
-    (for a colorbar)."""
+    len(x_labels)), anything numpy reads (a CPU tensor, an array, nested lists). annotate: write
+    every value of at least this much in its cell (two decimals). Returns the image (for a
+    colorbar)."""
     data = np.asarray(matrix, dtype=np.float64)
     if data.shape != (len(y_labels), len(x_labels)):
         raise ValueError(
@@ -138,9 +140,30 @@ def heatmap(
     ax.set_xticks(range(len(xs)), xs, rotation=90 if upright else 0, fontsize=fontsize, **x_font)
     ax.set_yticks(range(len(ys)), ys, fontsize=fontsize, **y_font)
     ax.tick_params(length=0)
+    if annotate is not None:
+        _write_values(ax, image, data, annotate, fontsize)
     if title is not None:
         ax.set_title(title, fontsize=fontsize + 2)
     return image
+
+
+def _write_values(
+    ax: Axes, image: AxesImage, data: np.ndarray, least: float, fontsize: float
+) -> None:
+    """Each value >= least written in its cell, black on light colours and white on dark ones."""
+    for (row, col), value in np.ndenumerate(data):
+        if value >= least:
+            red, green, blue, _ = image.cmap(image.norm(value))
+            light = 0.299 * red + 0.587 * green + 0.114 * blue > 0.5
+            ax.text(
+                col,
+                row,
+                f"{value:.2f}",
+                ha="center",
+                va="center",
+                fontsize=fontsize,
+                color="black" if light else "white",
+            )
 
 
 def grid(
