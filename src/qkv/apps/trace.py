@@ -73,10 +73,14 @@ def format_trace(steps: list[BeamStep], translator: Translator, options: DecodeO
                 what = (
                     f"ended  score {h.score:.3f} = {logprob:.3f} / lp({len(h.tokens) + 1}) {lp:.3f}"
                 )
-            elif tuple(tokens) in kept:
+            elif tuple(tokens) in kept and not s.done:
                 what = "kept"
             lines.append(f"  {rank:2d} {logprob:8.3f}  {text:<40} {what}".rstrip())
         finished.extend(s.ended)
+        if s.done:
+            lines.append(
+                "  the search ends here (nothing alive can beat what ended, or the length limit)"
+            )
     lines.append("finished hypotheses, best score first:")
     for h in sorted(finished, key=lambda h: -h.score):
         text = translator.tokenizer.decode_tgt([h.tokens])[0]

@@ -21,6 +21,8 @@ class BeamStep:
     candidates: the 2 * beam best extensions, best first: (tokens so far, summed log-prob).
     ended: those among the first `beam` that end with eos now, scored with the length penalty.
     kept: the `beam` best that do not end, which go on: (tokens so far, summed log-prob).
+    done: the sentence's search ends at this step (its best alive hypothesis can no longer beat
+        the `beam` finished ones, or it reached its length limit): `kept` goes no further.
     """
 
     step: int
@@ -28,6 +30,7 @@ class BeamStep:
     candidates: list[tuple[list[int], float]]
     ended: list[Hypothesis]
     kept: list[tuple[list[int], float]]
+    done: bool = False
 
 
 class _Finished:
@@ -83,24 +86,25 @@ def _trace(
     rows: Rows,
     step: int,
     sentence: Tensor,
-    top: Tensor,
-    origin: Tensor,
-    tokens: Tensor,
+    candidates: tuple[Tensor, Tensor, Tensor],
     ended: _Finished,
     go_on: Tensor,
+    alive: Tensor,
 ) -> None:
-    """Hand `trace` one BeamStep per alive sentence (Ba): top, origin, tokens (Ba, C) are the
-    candidates best first; go_on (Ba, beam) the ones kept."""
+    """Hand `trace` one BeamStep per alive sentence (Ba): candidates are (summed log-probs, rows
+    extended, tokens), each (Ba, C), best first; go_on (Ba, beam) the ones kept; alive (Ba,)
+    whether the sentence goes on."""
+    top, origin, tokens = candidates
     for b, i in enumerate(sentence.tolist()):
-        prefixes = rows.generated(origin[b])
-        candidates = [
+        ranked = [
             ([*prefix, token], score)
             for prefix, token, score in zip(
-                prefixes, tokens[b].tolist(), top[b].tolist(), strict=True
+                rows.generated(origin[b]), tokens[b].tolist(), top[b].tolist(), strict=True
             )
         ]
-        kept = sorted((candidates[c] for c in go_on[b].tolist()), key=lambda c: -c[1])
-        trace(BeamStep(step, i, candidates, ended.last.get(i, []), kept))
+        kept = sorted((ranked[c] for c in go_on[b].tolist()), key=lambda c: -c[1])
+        done = not bool(alive[b])
+        trace(BeamStep(step, i, ranked, ended.last.get(i, []), kept, done))
 
 
 def _best_extensions(scores: Tensor, logp: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -198,14 +202,11 @@ def beam_search(
         go_on = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :beam]
         if n == beam:  # in the slots that keep the cache rows they extend, where possible
             go_on = go_on.gather(1, _in_place_order(parent.gather(1, go_on)))
+        kept = top.gather(1, go_on), origin.gather(1, go_on), tokens.gather(1, go_on)
+        alive = ended.can_go_on(kept[0], step) & (step < limit[sentence])  # (Ba,)
         if trace is not None:
-            _trace(trace, rows, step, sentence, top, origin, tokens, ended, go_on)
-        scores, origin, tokens = (
-            top.gather(1, go_on),
-            origin.gather(1, go_on),
-            tokens.gather(1, go_on),
-        )
-        alive = ended.can_go_on(scores, step) & (step < limit[sentence])  # (Ba,)
+            _trace(trace, rows, step, sentence, (top, origin, tokens), ended, go_on, alive)
+        scores, origin, tokens = kept
         keep = None  # every sentence goes on: beams only move within their sentence
         if not alive.all():
             keep = alive.nonzero().squeeze(1)  # finished sentences leave the batch
