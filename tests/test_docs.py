@@ -1,4 +1,4 @@
-"""Every relative link (and #anchor) in README.md and docs/*.md resolves to a file (and heading)."""
+"""Every relative link (and #anchor) in README.md, docs/*.md and docs/zh/*.md resolves to a file (and heading)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "zh").glob("*.md")),
+]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -19,10 +23,13 @@ def slug(heading: str) -> str:
 
 
 def anchors(page: Path) -> set[str]:
-    return {slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", page.read_text(), re.M)}
+    return {
+        slug(m.group(1))
+        for m in re.finditer(r"^#+\s+(.*)$", page.read_text(encoding="utf-8"), re.M)
+    }
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_relative_links_resolve(page: Path) -> None:
     broken = []
     for target in LINK.findall(page.read_text(encoding="utf-8")):
