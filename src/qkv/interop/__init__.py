@@ -1,4 +1,4 @@
-"""Models from and to other toolkits: Marian / OPUS-MT import, CTranslate2 export.
+"""Models from and to other toolkits: Marian / OPUS-MT import, CTranslate2 and Marian export.
 
 The formats `qkv convert FORMAT` and `qkv export FORMAT` take are the keys of two registries:
 
@@ -16,14 +16,15 @@ from pathlib import Path
 
 from .ctranslate2 import export_ctranslate2
 from .hub import convert_marian_named
+from .marian_export import export_marian
 
 Importer = Callable[[str | Path, str | Path], Path]
 Exporter = Callable[[str | Path, str | Path, str], Path]
 
 IMPORTERS: dict[str, Importer] = {"marian": convert_marian_named}
-EXPORTERS: dict[str, Exporter] = {"ctranslate2": export_ctranslate2}
+EXPORTERS: dict[str, Exporter] = {"ctranslate2": export_ctranslate2, "marian": export_marian}
 ABOUT: dict[str, str] = {
-    "marian": "OPUS-MT / Hugging Face Marian: a directory, or a Hub name ORG/NAME",
+    "marian": "OPUS-MT / Hugging Face Marian: a directory (convert: or a Hub name ORG/NAME)",
     "ctranslate2": "a CTranslate2 model",
 }
 

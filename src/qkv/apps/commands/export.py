@@ -15,16 +15,16 @@ HELP = "write a model directory in another toolkit's format"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("format", choices=sorted(EXPORTERS), help=formats_help(EXPORTERS))
     parser.add_argument("model_dir", help="a qkv model directory (an encoder-decoder Transformer)")
-    parser.add_argument("--out", required=True, help="the new CTranslate2 model directory")
+    parser.add_argument("--out", required=True, help="the new directory, in the format's layout")
     parser.add_argument(
         "--quantization",
         choices=QUANTIZATIONS,
         default="float32",
-        help="weight type of the exported model (default: %(default)s)",
+        help="weight type of the exported model (default: %(default)s; marian: float32 only)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     out = EXPORTERS[args.format](args.model_dir, args.out, args.quantization)
-    print(f"exported {args.model_dir} to {out} for CTranslate2; how to call it: {out}/README.md")
+    print(f"exported {args.model_dir} to {out} ({args.format}); how to call it: {out}/README.md")
     return 0
