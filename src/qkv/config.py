@@ -22,6 +22,15 @@ ACTIVATIONS = ("relu", "gelu", "silu", "swiglu")
 NORMS = ("layernorm", "rmsnorm", "batchnorm")  # batchnorm: a foil (qkv.model.layers)
 POOLINGS = ("first", "mean")
 ARCHS = ("transformer", "rnn")
+# the fields that name one of a few choices, and their choices
+CHOICES = {
+    "positional": POSITIONAL,
+    "attention": ATTENTION_SCORES,
+    "activation": ACTIVATIONS,
+    "norm": NORMS,
+    "pooling": POOLINGS,
+    "arch": ARCHS,
+}
 
 # Paper, Table 3: base = N 6, d_model 512, d_ff 2048, h 8, P_drop 0.1; big = 1024 / 4096 / 16 / 0.3.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -108,6 +117,12 @@ def dataclass_from_dict(cls: type[T], d: Any) -> T:
     return cls(**values)
 
 
+def _check(ok: bool, msg: str) -> None:
+    """A ValueError "TransformerConfig: msg" unless `ok`."""
+    if not ok:
+        raise ValueError(f"TransformerConfig: {msg}")
+
+
 @dataclass
 class TransformerConfig:
     """Hyper-parameters of an encoder-decoder, encoder-only or decoder-only Transformer.
@@ -179,64 +194,59 @@ class TransformerConfig:
     # --- validation ----------------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ValueError naming the field for any impossible combination."""
+        self._check_sizes()
+        self._check_choices()
+        self._check_vocabulary()
 
-        def check(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ValueError(f"TransformerConfig: {msg}")
-
+    def _check_sizes(self) -> None:
+        """Sizes, counts and rates."""
         for name in ("src_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
-            check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        check(
+            _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        _check(
             self.target_vocab_size > 0,
             f"tgt_vocab_size must be positive, got {self.tgt_vocab_size}",
         )
         for name in ("n_encoder_layers", "n_decoder_layers"):
-            check(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-        check(
+            _check(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
+        _check(
             self.d_model % self.n_heads == 0,
             f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
         )
-        check(
+        _check(
             0 < self.kv_heads <= self.n_heads and self.n_heads % self.kv_heads == 0,
             f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}",
         )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             p = getattr(self, name)
-            check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
-        check(
-            self.positional in POSITIONAL,
-            f"positional={self.positional!r}; choose from {POSITIONAL}",
-        )
-        check(
-            self.attention in ATTENTION_SCORES,
-            f"attention={self.attention!r}; choose from {ATTENTION_SCORES}",
-        )
-        check(
-            self.activation in ACTIVATIONS,
-            f"activation={self.activation!r}; choose from {ACTIVATIONS}",
-        )
-        check(self.norm in NORMS, f"norm={self.norm!r}; choose from {NORMS}")
-        check(self.n_classes >= 1, f"n_classes must be positive, got {self.n_classes}")
-        check(self.pooling in POOLINGS, f"pooling={self.pooling!r}; choose from {POOLINGS}")
-        check(self.arch in ARCHS, f"arch={self.arch!r}; choose from {ARCHS}")
-        check(
+            _check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
+        _check(self.n_classes >= 1, f"n_classes must be positive, got {self.n_classes}")
+        _check(self.attention_temperature > 0, "attention_temperature must be positive")
+
+    def _check_choices(self) -> None:
+        """The named choices, and what each needs of the other fields."""
+        for name, options in CHOICES.items():
+            value = getattr(self, name)
+            _check(value in options, f"{name}={value!r}; choose from {options}")
+        _check(
             self.arch != "rnn" or self.d_model % 2 == 0,
             f"arch 'rnn' needs an even d_model (two encoder directions), got {self.d_model}",
         )
-        check(
+        _check(
             self.arch != "rnn" or min(self.n_encoder_layers, self.n_decoder_layers) >= 1,
             "arch 'rnn' needs at least one encoder and one decoder layer",
         )
-        check(self.attention_temperature > 0, "attention_temperature must be positive")
-        check(
+        _check(
             self.positional != "rope" or self.d_head % 2 == 0,
             f"rope needs an even head size, got d_model/n_heads = {self.d_head}",
         )
-        check(
+        _check(
             self.positional != "relative" or self.relative_buckets >= 2,
             "relative_buckets must be >= 2",
         )
-        check(
+
+    def _check_vocabulary(self) -> None:
+        """The vocabularies and the special ids in them."""
+        _check(
             not self.share_embeddings or self.target_vocab_size == self.src_vocab_size,
             f"share_embeddings needs one vocabulary, got src {self.src_vocab_size} "
             f"and tgt {self.target_vocab_size}",
@@ -248,11 +258,11 @@ class TransformerConfig:
             "eos_id": self.eos_id,
         }
         for name, value in specials.items():
-            check(
+            _check(
                 0 <= value < min(self.src_vocab_size, self.target_vocab_size),
                 f"{name}={value} is outside the vocabulary",
             )
-        check(
+        _check(
             len({self.pad_id, self.unk_id, self.eos_id}) == 3
             and self.bos_id not in (self.unk_id, self.eos_id),
             f"special ids must differ (only bos may be pad, as in Marian), got {specials}",

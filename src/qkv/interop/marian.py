@@ -7,7 +7,8 @@
 The source is a Hugging Face Marian directory as it is downloaded: `config.json`, the weights
 (`model.safetensors`, or `pytorch_model.bin` read with `torch.load(weights_only=True)`, which
 unpickles tensors only), `source.spm` and `target.spm`, `vocab.json` (and `target_vocab.json` for
-separate vocabularies) and `tokenizer_config.json`. No `transformers` is needed.
+separate vocabularies) and `tokenizer_config.json`. No `transformers` is needed. The settings of
+config.json are read and checked in `qkv.interop.marian_config`.
 
 Marian is the paper's post-norm encoder-decoder, so every weight has a place in qkv: the q/k/v
 projections stack into `in_proj` ([W^Q; W^K; W^V]; cross-attention: `q_proj` and `kv_proj` =
@@ -59,33 +60,7 @@ from ..model.attention import MultiHeadedAttention
 from ..model.layers import PositionwiseFeedForward
 from ..model.positions import sinusoid_table
 from ..modeldir import save_model_dir
-
-# Marian's activation name -> qkv's name for the same function (swish = SiLU = x * sigmoid(x))
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
-# MarianConfig's defaults, for the keys a config.json leaves out
-DEFAULTS: dict[str, Any] = dict(
-    vocab_size=58101, decoder_vocab_size=None, max_position_embeddings=1024, encoder_layers=12,
-    encoder_ffn_dim=4096, encoder_attention_heads=16, decoder_layers=12, decoder_ffn_dim=4096,
-    decoder_attention_heads=16, activation_function="gelu", d_model=1024, dropout=0.1,
-    attention_dropout=0.0, activation_dropout=0.0, decoder_start_token_id=58100,
-    scale_embedding=False, pad_token_id=58100, eos_token_id=0,
-    share_encoder_decoder_embeddings=True, tie_word_embeddings=True, model_type="marian",
-)
-# the type of each setting qkv reads (a bool is no int here; None: the key may be null)
-SIZES = ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers",
-         "encoder_ffn_dim", "decoder_ffn_dim", "encoder_attention_heads", "decoder_attention_heads")
-FLAGS = ("scale_embedding", "share_encoder_decoder_embeddings", "tie_word_embeddings")
-SETTING_TYPES: dict[str, tuple[type, ...]] = {
-    **dict.fromkeys(SIZES, (int,)),
-    "decoder_vocab_size": (int, type(None)),
-    **dict.fromkeys(("dropout", "attention_dropout", "activation_dropout"), (int, float)),
-    **dict.fromkeys(FLAGS, (bool,)),
-    "activation_function": (str,),
-    "model_type": (str,),
-}
-# options of BART's configuration that Marian's code ignores and qkv does not have
-REFUSED_OPTIONS = ("normalize_before", "normalize_embedding", "add_final_layer_norm",
-                   "add_bias_logits")
+from .marian_config import check_sizes, config_from_marian, dims, marian_settings, single_id
 
 
 def marian_permutation(d_model: int) -> Tensor:
@@ -100,128 +75,6 @@ def marian_permutation(d_model: int) -> Tensor:
     perm[0::2] = torch.arange(n_sin)
     perm[1::2] = torch.arange(n_sin, d_model)
     return perm
-
-
-def _single_id(value: Any, name: str) -> int:
-    """A token id given as an int or a one-element list."""
-    if isinstance(value, list | tuple):
-        if len(value) != 1:
-            raise ValueError(f"{name}={value}: qkv has one {name}")
-        value = value[0]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"the Marian config has no usable {name} (got {value!r})")
-    return value
-
-
-def _dims(shape: Tensor | torch.Size) -> str:
-    """"120 x 32": the sizes of a tensor or shape."""
-    return " x ".join(map(str, shape.shape if isinstance(shape, Tensor) else shape))
-
-
-def _settings(hf_config: Any) -> dict[str, Any]:
-    """A MarianConfig or the dict of a config.json -> every setting, defaults filled in; a
-    ValueError names a setting of the wrong type."""
-    if hasattr(hf_config, "to_dict"):
-        hf_config = hf_config.to_dict()
-    if not isinstance(hf_config, dict):
-        raise ValueError(f"expected a JSON object of settings, got {type(hf_config).__name__}")
-    c = {**DEFAULTS, **hf_config}
-    for key, kinds in SETTING_TYPES.items():
-        value = c.get(key)
-        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
-            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
-            raise ValueError(f'"{key}" must be {names}, got {value!r}')
-    if c["model_type"] != "marian":
-        raise ValueError(f"model_type={c['model_type']!r}: not a Marian model")
-    c["decoder_vocab_size"] = c["decoder_vocab_size"] or c["vocab_size"]
-    return c
-
-
-def _check_sizes(c: dict[str, Any], state: dict[str, Tensor]) -> None:
-    """A ValueError naming the setting of `c` (see `_settings`) that the weights contradict: the
-    sizes of the embeddings and of the first feed-forward layers, and the number of layers."""
-
-    def check(key: str, value: int, where: str) -> None:
-        if c[key] != value:
-            raise ValueError(f'"{key}" is {c[key]}, but the weights have {value} ({where})')
-
-    def check_axis(key: str, name: str, axis: int) -> None:
-        if name in state and state[name].dim() == 2:
-            check(key, state[name].shape[axis], f"{name} is {_dims(state[name])}")
-
-    shared = "model.shared.weight"
-    shared = shared if shared in state else "model.encoder.embed_tokens.weight"
-    check_axis("vocab_size", shared, 0)
-    check_axis("d_model", shared, 1)
-    if not c["share_encoder_decoder_embeddings"]:
-        check_axis("decoder_vocab_size", "model.decoder.embed_tokens.weight", 0)
-    for stack in ("encoder", "decoder"):
-        check_axis(f"{stack}_ffn_dim", f"model.{stack}.layers.0.fc1.weight", 0)
-        prefix = f"model.{stack}.layers."
-        n = len({k[len(prefix) :].split(".")[0] for k in state if k.startswith(prefix)})
-        held = f"model.{stack}.layers.0 .. {n - 1}" if n else f"no model.{stack}.layers"
-        check(f"{stack}_layers", n, f"the checkpoint has {held}")
-
-
-def config_from_marian(hf_config: Any, unk_id: int | None = None) -> TransformerConfig:
-    """The `TransformerConfig` of a `MarianConfig` (or of the dict of its config.json); a
-    ValueError names what qkv cannot express.
-
-    unk_id: Marian's config does not record the unknown-token id (only its vocabulary does, and
-    the model never reads it); None picks the smallest id that is not pad, bos or eos.
-    """
-    c = _settings(hf_config)
-    if c["activation_function"] not in ACTIVATIONS:
-        raise ValueError(
-            f"activation_function={c['activation_function']!r} has no qkv equivalent; qkv "
-            f"supports {sorted(ACTIVATIONS)}"
-        )
-    if (
-        c["encoder_attention_heads"] != c["decoder_attention_heads"]
-        or c["encoder_ffn_dim"] != c["decoder_ffn_dim"]
-    ):
-        raise ValueError(
-            "qkv uses one n_heads and one d_ff for encoder and decoder; this Marian model has "
-            f"heads {c['encoder_attention_heads']}/{c['decoder_attention_heads']}, "
-            f"ffn {c['encoder_ffn_dim']}/{c['decoder_ffn_dim']}"
-        )
-    for option in REFUSED_OPTIONS:
-        if c.get(option):
-            raise ValueError(f"{option}={c[option]!r}: qkv's Marian import does not have it")
-    if c.get("static_position_embeddings") is False:
-        raise ValueError("static_position_embeddings=False (learned positions): not Marian's")
-    pad = _single_id(c["pad_token_id"], "pad_token_id")
-    bos = _single_id(c["decoder_start_token_id"], "decoder_start_token_id")
-    eos = _single_id(c["eos_token_id"], "eos_token_id")
-    if unk_id is None:
-        unk_id = min(set(range(4)) - {pad, bos, eos})
-    shared = bool(c["share_encoder_decoder_embeddings"])
-    return TransformerConfig(
-        src_vocab_size=c["vocab_size"],
-        tgt_vocab_size=None if shared else c["decoder_vocab_size"],
-        pad_id=pad,
-        unk_id=unk_id,
-        bos_id=bos,
-        eos_id=eos,
-        d_model=c["d_model"],
-        n_heads=c["encoder_attention_heads"],
-        d_ff=c["encoder_ffn_dim"],
-        n_encoder_layers=c["encoder_layers"],
-        n_decoder_layers=c["decoder_layers"],
-        dropout=float(c["dropout"]),
-        attention_dropout=float(c["attention_dropout"]),
-        activation_dropout=float(c["activation_dropout"]),
-        positional="sinusoidal",
-        max_positions=c["max_position_embeddings"],
-        cap_positions=True,
-        activation=ACTIVATIONS[c["activation_function"]],
-        norm="layernorm",
-        norm_first=False,
-        bias=True,
-        scale_embeddings=bool(c["scale_embedding"]),
-        share_embeddings=shared,
-        tie_output=bool(c["tie_word_embeddings"]),
-    )
 
 
 class _Weights:
@@ -240,7 +93,7 @@ class _Weights:
                 continue
             self.used.add(name)
             if shape is not None and self.state[name].shape != shape:
-                raise ValueError(f"{name} is {_dims(self.state[name])}, not {_dims(shape)}")
+                raise ValueError(f"{name} is {dims(self.state[name])}, not {dims(shape)}")
             return self.state[name].float()
         raise ValueError(f"the checkpoint lacks {names[0]}")
 
@@ -315,8 +168,8 @@ def from_marian_state_dict(
     names of `MarianMTModel.state_dict()`). A ValueError names what qkv cannot represent, and
     the setting (or the tensor) where config and weights disagree."""
     w = _Weights(state)
-    settings = _settings(hf_config)
-    _check_sizes(settings, state)
+    settings = marian_settings(hf_config)
+    check_sizes(settings, state)
     cfg = config_from_marian(settings, unk_id)
     bias = None
     if "final_logits_bias" in state:
@@ -482,10 +335,10 @@ def convert_marian(src_dir: str | Path, out_dir: str | Path, origin: str | None 
     settings = _read_json(config_path)
     weights = read_marian_weights(src_dir)
     try:  # what config.json says, and whether the weights agree
-        settings = _settings(settings)
-        _check_sizes(settings, weights)
+        settings = marian_settings(settings)
+        check_sizes(settings, weights)
         config_from_marian(settings)
-        start = _single_id(settings["decoder_start_token_id"], "decoder_start_token_id")
+        start = single_id(settings["decoder_start_token_id"], "decoder_start_token_id")
     except ValueError as e:
         raise ValueError(f"{config_path}: {e}") from None
     tokenizer = marian_tokenizer(src_dir, start)

@@ -93,11 +93,8 @@ def filter_long(
     return keep, too_long, ratio
 
 
-def prepare_data(
-    cfg: TrainConfig, out_dir: Path, train_tokenizer: bool, tokenizer_dir: Path | None = None
-) -> EncodedData:
-    """Load and clean the corpora, train (into out_dir) or load (from tokenizer_dir, default
-    out_dir) the tokenizer, encode and filter."""
+def _clean_corpora(cfg: TrainConfig) -> tuple[ParallelCorpus, ParallelCorpus | None]:
+    """The corpora the config names, cleaned; a ValueError when no training pair is left."""
     train, valid = load_corpora(cfg)
     train, report = clean(train)
     log.info("training data: %s", report)
@@ -109,20 +106,51 @@ def prepare_data(
     if valid is not None:
         valid, vreport = clean(valid)
         log.info("validation data: %s", vreport)
-    if train_tokenizer:
-        tokenizer = SubwordTokenizer.train(
-            train.src,
-            train.tgt,
-            out_dir,
-            vocab_size=cfg.vocab_size,
-            model_type=cfg.subword,
-            joint=cfg.joint_vocab,
-            character_coverage=cfg.character_coverage,
-            seed=cfg.seed,
-            lowercase=cfg.lowercase,
-        )
-    else:
-        tokenizer = SubwordTokenizer.load(tokenizer_dir or out_dir)
+    return train, valid
+
+
+def _tokenizer(
+    cfg: TrainConfig,
+    train: ParallelCorpus,
+    out_dir: Path,
+    train_tokenizer: bool,
+    tokenizer_dir: Path | None,
+) -> SubwordTokenizer:
+    """The tokenizer trained on `train` into out_dir, or loaded from tokenizer_dir (default
+    out_dir)."""
+    if not train_tokenizer:
+        return SubwordTokenizer.load(tokenizer_dir or out_dir)
+    return SubwordTokenizer.train(
+        train.src,
+        train.tgt,
+        out_dir,
+        vocab_size=cfg.vocab_size,
+        model_type=cfg.subword,
+        joint=cfg.joint_vocab,
+        character_coverage=cfg.character_coverage,
+        seed=cfg.seed,
+        lowercase=cfg.lowercase,
+    )
+
+
+def _encode_valid(
+    tokenizer: SubwordTokenizer, valid: ParallelCorpus | None, max_len: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """The validation pairs' ids: never dropped, over-long ones cut to max_len subwords."""
+    if valid is None:
+        return [], []
+    valid_src = [s[:max_len] for s in tokenizer.encode_src(valid.src)]
+    valid_tgt = [t[:max_len] for t in tokenizer.encode_tgt(valid.tgt)]
+    return valid_src, valid_tgt
+
+
+def prepare_data(
+    cfg: TrainConfig, out_dir: Path, train_tokenizer: bool, tokenizer_dir: Path | None = None
+) -> EncodedData:
+    """Load and clean the corpora, train (into out_dir) or load (from tokenizer_dir, default
+    out_dir) the tokenizer, encode and filter."""
+    train, valid = _clean_corpora(cfg)
+    tokenizer = _tokenizer(cfg, train, out_dir, train_tokenizer, tokenizer_dir)
     if tokenizer.lowercase and valid is not None:
         # the tokenizer lowercases what it encodes, so the model writes lowercase: BLEU references
         # are lowercased to match
@@ -141,12 +169,7 @@ def prepare_data(
         )
     if not keep:
         raise ValueError("no training pairs left after cleaning and length filtering")
-    # validation pairs are never dropped; over-long ones are cut to max_len subwords
-    valid_src: list[list[int]] = []
-    valid_tgt: list[list[int]] = []
-    if valid is not None:
-        valid_src = [s[: cfg.max_len] for s in tokenizer.encode_src(valid.src)]
-        valid_tgt = [t[: cfg.max_len] for t in tokenizer.encode_tgt(valid.tgt)]
+    valid_src, valid_tgt = _encode_valid(tokenizer, valid, cfg.max_len)
     return EncodedData(
         tokenizer=tokenizer,
         train=ParallelCorpus([train.src[i] for i in keep], [train.tgt[i] for i in keep]),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,12 +36,40 @@ def validation_score(metric: str, metrics: dict[str, float]) -> float:
 # the data keys each task reads
 TASK_DATA_KEYS = {
     "translate": (
-        "corpus", "train_src", "train_tgt", "train_tsv", "valid_src", "valid_tgt", "valid_tsv"
+        "corpus",
+        "train_src",
+        "train_tgt",
+        "train_tsv",
+        "valid_src",
+        "valid_tgt",
+        "valid_tsv",
     ),
     "lm": ("corpus", "train_text", "valid_text"),
     "mlm": ("corpus", "train_text", "valid_text"),
     "classify": ("train_tsv", "valid_tsv", "init_from"),
 }
+
+
+# keys that must be positive
+POSITIVE_KEYS = (
+    "max_tokens",
+    "accum_steps",
+    "max_steps",
+    "valid_every",
+    "log_every",
+    "vocab_size",
+    "max_len",
+    "keep_checkpoints",
+    "max_nonfinite_updates",
+)
+# keys that must be positive unless None
+OPTIONAL_POSITIVE_KEYS = ("max_hours", "loss_chunk_tokens", "max_epochs", "patience")
+
+
+def _check(ok: bool, msg: str) -> None:
+    """A ValueError "TrainConfig: msg" unless `ok`."""
+    if not ok:
+        raise ValueError(f"TrainConfig: {msg}")
 
 
 @dataclass
@@ -147,131 +174,122 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        def check(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ValueError(f"TrainConfig: {msg}")
+        """Raise ValueError naming the first key with an impossible value."""
+        self._check_choices()
+        self._check_counts()
+        self._check_optimisation()
+        self._check_data()
+        self._check_model()
 
-        check(self.preset in PRESETS, f"preset={self.preset!r}; choose from {sorted(PRESETS)}")
-        check(
+    def _check_choices(self) -> None:
+        """The keys that name one of a few choices."""
+        _check(self.preset in PRESETS, f"preset={self.preset!r}; choose from {sorted(PRESETS)}")
+        _check(
             self.precision in PRECISIONS,
             f"precision={self.precision!r}; choose from {', '.join(PRECISIONS)}",
         )
-        check(
+        _check(
             self.subword in ("unigram", "bpe"),
             f"subword={self.subword!r}; choose 'unigram' or 'bpe'",
         )
-        check(self.task in VALID_METRICS, f"task={self.task!r}; choose from {list(VALID_METRICS)}")
+        _check(self.task in VALID_METRICS, f"task={self.task!r}; choose from {list(VALID_METRICS)}")
         metrics = VALID_METRICS[self.task]
-        check(
+        _check(
             self.valid_metric in metrics,
             f"valid_metric={self.valid_metric!r}; task {self.task!r} chooses from {list(metrics)}",
         )
-        check(
+        _check(
             self.valid_metric != "bleu" or self.valid_bleu,
             "valid_metric 'bleu' needs valid_bleu: true",
         )
-        positive = (
-            "max_tokens",
-            "accum_steps",
-            "max_steps",
-            "valid_every",
-            "log_every",
-            "vocab_size",
-            "max_len",
-            "keep_checkpoints",
-            "max_nonfinite_updates",
-        )
-        for name in positive:
-            check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        check(
+
+    def _check_counts(self) -> None:
+        """Sizes, counts and budgets."""
+        for name in POSITIVE_KEYS:
+            value = getattr(self, name)
+            _check(value > 0, f"{name} must be positive, got {value}")
+        _check(
             0 <= self.keep_best_checkpoints <= self.keep_checkpoints,
             f"keep_best_checkpoints must be 0 (off) up to keep_checkpoints "
             f"({self.keep_checkpoints}: a window is kept whole until it is validated), "
             f"got {self.keep_best_checkpoints}",
         )
+        for name in OPTIONAL_POSITIVE_KEYS:
+            value = getattr(self, name)
+            _check(value is None or value > 0, f"{name} must be positive, got {value}")
+        for name in ("synthetic_train", "synthetic_valid"):
+            _check(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
+
+    def _check_optimisation(self) -> None:
+        """The learning-rate schedule, the optimiser and the regularisers."""
         try:  # the schedule checks its own arguments (an unknown name, no room to decay)
             lr_multiplier(self.schedule, self.warmup, self.max_steps)
         except ValueError as e:
             raise ValueError(f"TrainConfig: {e}") from e
-        check(
-            self.max_hours is None or self.max_hours > 0,
-            f"max_hours must be positive, got {self.max_hours}",
-        )
-        check(
+        _check(
             self.lr is None or (math.isfinite(self.lr) and self.lr > 0),
             f"lr must be positive, got {self.lr}",
         )
-        check(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
-        check(
+        _check(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
+        _check(
             all(0.0 <= b < 1.0 for b in self.adam_betas),
             f"adam_betas must each be in [0, 1), got {list(self.adam_betas)}",
         )
         for name in ("adam_eps", "weight_decay", "clip_norm"):
             value = getattr(self, name)
-            check(math.isfinite(value) and value >= 0, f"{name} must be >= 0, got {value}")
-        for name in ("synthetic_train", "synthetic_valid"):
-            check(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-        check(
-            self.loss_chunk_tokens is None or self.loss_chunk_tokens > 0,
-            f"loss_chunk_tokens must be positive, got {self.loss_chunk_tokens}",
-        )
-        check(
-            self.max_epochs is None or self.max_epochs > 0,
-            f"max_epochs must be positive, got {self.max_epochs}",
-        )
-        check(
-            self.patience is None or self.patience > 0,
-            f"patience must be positive, got {self.patience}",
-        )
-        check(0.0 <= self.label_smoothing < 1.0, "label_smoothing must be in [0, 1)")
-        check(
+            _check(math.isfinite(value) and value >= 0, f"{name} must be >= 0, got {value}")
+        _check(0.0 <= self.label_smoothing < 1.0, "label_smoothing must be in [0, 1)")
+        _check(
             0.0 <= self.subword_dropout < 1.0,
             f"subword_dropout must be in [0, 1), got {self.subword_dropout}",
         )
-        self._check_data(check)
-        # model keys are checked now, not after the data preparation
-        arch = self.model_config(1000, 1000).arch
-        check(
-            arch == "transformer" or self.task == "translate",
-            f"model.arch {arch!r} is an encoder-decoder: it trains on task 'translate'",
-        )
 
-    def _check_data(self, check: Callable[[bool, str], None]) -> None:
+    def _check_data(self) -> None:
         """The task's data keys are set, and no key of another task's data is."""
         keys = TASK_DATA_KEYS[self.task]
         every_key = {k for task_keys in TASK_DATA_KEYS.values() for k in task_keys}
         foreign = sorted(k for k in every_key - set(keys) if getattr(self, k) is not None)
-        check(not foreign, f"task {self.task!r} reads {', '.join(keys)}, not {', '.join(foreign)}")
+        _check(not foreign, f"task {self.task!r} reads {', '.join(keys)}, not {', '.join(foreign)}")
         if self.task == "translate":
             has_pair = self.train_src is not None and self.train_tgt is not None
-            check(
+            _check(
                 self.corpus is not None or self.train_tsv is not None or has_pair,
                 "no training data: set corpus (multi30k, tatoeba-zh-en, synthetic) or "
                 "train_src + train_tgt (or train_tsv)",
             )
         elif self.task in ("lm", "mlm"):
-            check(
+            _check(
                 self.corpus is not None or self.train_text is not None,
                 f"no training data: task {self.task!r} needs train_text (a text file, one text "
                 "per line) or a corpus",
             )
         else:
-            check(
+            _check(
                 self.train_tsv is not None,
                 "no training data: task 'classify' needs train_tsv (text<TAB>label lines)",
             )
-        check(self.task == "translate" or self.joint_vocab, f"task {self.task!r} needs joint_vocab")
+        _check(
+            self.task == "translate" or self.joint_vocab, f"task {self.task!r} needs joint_vocab"
+        )
         named = self.corpus is not None and self.corpus != "synthetic"
         if self.task == "translate":
-            check(
+            _check(
                 not named or bool(self.src_lang and self.tgt_lang),
                 f"corpus {self.corpus!r} needs src_lang and tgt_lang",
             )
         else:
-            check(
+            _check(
                 not named or bool(self.src_lang),
                 f"task {self.task!r} on corpus {self.corpus!r} reads the side src_lang: set it",
             )
+
+    def _check_model(self) -> None:
+        """The model keys, checked now rather than after the data preparation."""
+        arch = self.model_config(1000, 1000).arch
+        _check(
+            arch == "transformer" or self.task == "translate",
+            f"model.arch {arch!r} is an encoder-decoder: it trains on task 'translate'",
+        )
 
     def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
         """The TransformerConfig of this recipe, for the vocabulary sizes of the trained
