@@ -1,5 +1,17 @@
 """Beam search, with its step-by-step trace (`BeamStep`). See `decode.search` for the
-conventions every search follows."""
+conventions every search follows.
+
+Each step extends every alive hypothesis of a sentence by every token and ranks the candidates by
+their summed log-prob; of the 2 * beam best, those ending in eos among the first `beam` are
+finished (scored with the length penalty and kept), and the `beam` best that do not end go on. A
+sentence is done at its maximum length (where eos is forced), or once it has `beam` finished
+hypotheses and its best alive hypothesis, scored as if it ended now, no longer beats the beam-th
+best finished one. (Stopping at `beam` finished hypotheses alone, as fairseq does, lets early
+low-scoring endings fill the quota and cut off a better hypothesis that is still growing.) Because
+an eos is accepted only from the first `beam` candidates and the alive hypothesis is compared at
+the same length, beam 1 is exactly greedy decoding, ids and score. A sentence's hypotheses are
+returned sorted by score, at most `nbest`.
+"""
 
 from __future__ import annotations
 
@@ -120,6 +132,16 @@ def _best_extensions(scores: Tensor, logp: Tensor, k: int) -> tuple[Tensor, Tens
     return top, index // V, index % V
 
 
+def _continuing(is_eos: Tensor, parent: Tensor, beam: int, n: int) -> Tensor:
+    """Which candidates go on (Ba, beam): the first `beam` that do not end, by rank, placed (from
+    the second step, n == beam) in the slots that keep the cache rows they extend, where
+    possible. is_eos, parent (Ba, C): whether each candidate ends, the slot it extends."""
+    go_on = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :beam]
+    if n == beam:
+        go_on = go_on.gather(1, _in_place_order(parent.gather(1, go_on)))
+    return go_on
+
+
 def _in_place_order(parent: Tensor) -> Tensor:
     """An order of each sentence's n continuing hypotheses in its n beam slots that leaves as many
     as possible in the slot of the hypothesis they extend, so that the cache reorder copies only the
@@ -156,21 +178,9 @@ def beam_search(
     abandoned: Abandoned | None = None,
     trace: Callable[[BeamStep], None] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search. src (B, S) -> for each row, its `nbest` best finished hypotheses, best first
-    ([] for a row `abandoned` dropped). `trace`, where given, gets a `BeamStep` per sentence and
-    step: the candidates ranked, the hypotheses that ended, the beam kept.
-
-    Each step extends every alive hypothesis of a sentence by every token and ranks the candidates
-    by their summed log-prob; of the 2 * beam best, those ending in eos among the first `beam` are
-    finished (scored with the length penalty and kept), and the `beam` best that do not end go on.
-    A sentence is done at its maximum length (where eos is forced), or once it has `beam` finished
-    hypotheses and its best alive hypothesis, scored as if it ended now, no longer beats the
-    beam-th best finished one. (Stopping at `beam` finished hypotheses alone, as fairseq does, lets
-    early low-scoring endings fill the quota and cut off a better hypothesis that is still growing.)
-    Because an eos is accepted only from the first `beam` candidates and the alive hypothesis is
-    compared at the same length, beam 1 is exactly greedy decoding, ids and score. The returned list
-    of a sentence is sorted by score; at most `nbest`.
-    """
+    """Beam search (the module docstring). src (B, S) -> for each row, its `nbest` best finished
+    hypotheses, best first ([] for a row `abandoned` dropped). `trace`, where given, gets a
+    `BeamStep` per sentence and step: the candidates ranked, what ended, the beam kept."""
     if beam < 1 or not 1 <= nbest <= beam:
         raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
     if src.size(0) == 0:
@@ -198,10 +208,7 @@ def beam_search(
         origin = torch.arange(Ba, device=device)[:, None] * n + parent  # (Ba, C) row extended
         is_eos = tokens == rows.cfg.eos_id
         ended.add(rows, sentence, top, origin, is_eos[:, :beam] & top[:, :beam].isfinite())
-        # first `beam` non-eos, by rank
-        go_on = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :beam]
-        if n == beam:  # in the slots that keep the cache rows they extend, where possible
-            go_on = go_on.gather(1, _in_place_order(parent.gather(1, go_on)))
+        go_on = _continuing(is_eos, parent, beam, n)  # (Ba, beam)
         kept = top.gather(1, go_on), origin.gather(1, go_on), tokens.gather(1, go_on)
         alive = ended.can_go_on(kept[0], step) & (step < limit[sentence])  # (Ba,)
         if trace is not None:
@@ -213,12 +220,7 @@ def beam_search(
             if keep.numel() == 0:
                 break
             ended.keep(keep)
-            sentence, scores, origin, tokens = (
-                sentence[keep],
-                scores[keep],
-                origin[keep],
-                tokens[keep],
-            )
+            sentence, scores, origin, tokens = (t[keep] for t in (sentence, scores, origin, tokens))
         rows.reorder(origin.view(-1), keep)
         rows.append(tokens.view(-1))
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in ended.hypotheses]
