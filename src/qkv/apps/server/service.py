@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +35,6 @@ from .files import FileStore
 from .limits import Limits
 from .metrics import Metrics
 
-DISCONNECT_POLL = 0.25  # seconds between checks that a waiting request's client is still there
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "digits": "Digits", "en": "English",
     "es": "Spanish", "fr": "French", "it": "Italian", "ja": "Japanese", "ko": "Korean",
@@ -257,20 +255,24 @@ async def _answer(request: Request, future: Future[list[Translation]], timeout: 
     """The future's result, waited for at most `timeout` seconds while the client is connected;
     otherwise the future is cancelled (the batcher drops its sentences at the next step) and
     TimeoutError raised. The batcher's `Stopped` comes through as it is."""
-    deadline = time.monotonic() + timeout
     waiting = asyncio.wrap_future(future)
+    gone = asyncio.ensure_future(_disconnect(request))
     try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise asyncio.TimeoutError
-            done, _ = await asyncio.wait({waiting}, timeout=min(left, DISCONNECT_POLL))
-            if done:
-                return waiting.result()
-            if await request.is_disconnected():
-                raise asyncio.TimeoutError  # nobody is left to answer
+        done, _ = await asyncio.wait(
+            {waiting, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if waiting in done:
+            return waiting.result()
+        raise asyncio.TimeoutError  # past the time limit, or nobody is left to answer
     finally:
+        gone.cancel()
         future.cancel()  # no effect once it has its result
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client goes away (the body is read: what comes next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 __all__ = ["HTTPError", "ServedModel", "Service", "Stopped", "service"]
