@@ -59,3 +59,23 @@ def test_qkv_explain_prints_every_step(model_dir: Path, tmp_path: Path, capsys) 
     assert "softmax: weights" in out and "next token" in out
     assert main(["explain", "--model", str(model_dir), EN[0], "--out", str(tmp_path / "p.md")]) == 0
     assert (tmp_path / "p.md").read_text(encoding="utf-8") == out
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_the_demo_models_trace_ends_in_qkv_translate(short_demo, beam: int, capsys) -> None:
+    """On the trained demo model, the trace of `qkv translate --trace --beam N` ends in the
+    translation `qkv translate --beam N` writes (docs/decoding.md shows these traces)."""
+    from qkv.apps.cli import main
+    from qkv.runtime.options import RuntimeOptions
+
+    model = str(short_demo.out_dir)
+    translator = Translator.load(model, RuntimeOptions(precision="fp32", pack=True))
+    options = DecodeOptions(beam=beam)
+    for number in ("7 0 3 8", "4 0 5 2", "9 1 7"):
+        steps = trace_translation(translator, number, options)
+        best = max((h for s in steps for h in s.ended), key=lambda h: h.score)
+        [want] = translator.translate([number], options)
+        assert translator.tokenizer.decode_tgt([best.tokens])[0] == want
+    greedy = translator.translate(["4 0 5 2"], DecodeOptions(beam=1))[0]
+    assert main(["explain", "--model", model, "4 0 5 2"]) == 0  # the walk-through of it
+    assert capsys.readouterr().out.startswith(f"# 4 0 5 2 → {greedy}\n")
