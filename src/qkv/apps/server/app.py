@@ -44,7 +44,7 @@ from ..translator import DEFAULT_BATCH_TOKENS
 from .bodies import first_error
 from .guard import BodyTooLarge, Guard, too_large_response
 from .limits import Limits
-from .routes import libretranslate, native, ops, page
+from .routes import explain, libretranslate, native, ops, page
 from .service import HTTPError, ServedModel, Service, Stopped
 
 
@@ -89,7 +89,7 @@ def create_app(
     app.add_middleware(Guard, max_body_bytes=limits.max_body_bytes, metrics=svc.metrics)
     for exception, handler in _HANDLERS.items():
         app.add_exception_handler(exception, handler)
-    for api in (libretranslate, native, ops, page):
+    for api in (libretranslate, native, ops, page, explain):
         app.include_router(api.router)
     page.mount_files(app)
     return app

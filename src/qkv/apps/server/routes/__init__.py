@@ -1,5 +1,6 @@
 """The server's endpoints, one `APIRouter` per API; `create_app` includes each.
 
+    explain.py          GET /explain (the explain view), POST /v1/explain
     libretranslate.py   POST /translate, GET /languages, GET /frontend/settings
     native.py           POST /v1/translate, GET /v1/info
     ops.py              GET /health, GET /metrics

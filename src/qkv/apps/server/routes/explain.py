@@ -1,0 +1,150 @@
+"""The explain view: one sentence's beam search step by step and every attention map.
+
+    GET  /explain      the view (static/explain.html)
+    POST /v1/explain   {"text": "Hello", "beam": 4, "source": "en", "target": "zh", "api_key": ...}
+                       -> {steps, source_tokens, target_tokens, maps, translation}
+
+steps: per step of the beam search (`apps.trace.trace_translation`) the candidates (subword pieces,
+summed log-prob), those that ended there (with their length-penalised score), those kept, and
+whether the search ended there. maps: every layer's and head's attention of the best hypothesis
+(`Translator.translate_detailed(attention_maps=True)`): encoder [layer][head][S][S], decoder
+[layer][head][T][T], cross [layer][head][T][S]. Floats are rounded to 3 decimals.
+
+One sentence at a time, within the server's limits (characters, beam, decoded tokens, and at most
+MAX_SOURCE_TOKENS source tokens: 413 over it), decoded in a worker thread, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ....decode.beam import BeamStep
+from ....decode.options import DecodeOptions
+from ...trace import trace_translation
+from ...translator import Translator
+from ..bodies import body_doc, read_fields, validate
+from ..service import HTTPError, Service, service
+from .page import STATIC
+
+router = APIRouter(tags=["qkv"])
+
+MAX_SOURCE_TOKENS = 200  # the sentence explained, in subwords (eos excluded)
+DIGITS = 3  # the floats of the answer
+_ONE_AT_A_TIME = threading.Lock()  # explanations are for a person looking: one decodes at once
+
+
+class ExplainRequest(BaseModel):
+    """One sentence to explain; unset options take the server's."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    text: str = Field(description="one sentence")
+    source: str | None = Field(None, description="source language (optional with one pair)")
+    target: str | None = Field(None, description="target language (optional with one pair)")
+    beam: int | None = Field(None, description="beam size (<= the server's --max-beam)")
+    alpha: float | None = Field(None, description="length penalty ((5 + len) / 6) ** alpha")
+    api_key: str | None = None
+
+
+@router.get("/explain", include_in_schema=False)
+async def explain_page() -> FileResponse:
+    return FileResponse(STATIC / "explain.html")
+
+
+@router.post("/v1/explain", openapi_extra=body_doc(ExplainRequest, "application/json"))
+async def explain(request: Request, svc: Annotated[Service, Depends(service)]) -> JSONResponse:
+    """One sentence's beam search step by step and all its attention maps (see the module)."""
+    fields = await read_fields(request, form=False)
+    svc.check_key(request, fields.get("api_key"))
+    req = validate(ExplainRequest, fields)
+    model = svc.resolve(req.source, req.target)
+    text = req.text.strip()
+    if not text:
+        raise HTTPError(400, "give a sentence to explain")
+    svc.check_size([text])
+    changes = {n: getattr(req, n) for n in ("beam", "alpha") if getattr(req, n) is not None}
+    try:
+        o = svc.options.replace(nbest=1, **changes)
+    except ValueError as e:
+        raise HTTPError(400, str(e)) from None
+    if o.sampling:
+        o = o.replace(sampling=False)
+    [ids] = model.translator.encode([text])
+    if len(ids) > MAX_SOURCE_TOKENS:
+        message = f"the sentence has {len(ids)} tokens; /v1/explain takes {MAX_SOURCE_TOKENS}"
+        raise HTTPError(413, message)
+    svc.check_options(model, o, [text])  # beam and decoded tokens within the limits
+    try:
+        answer = await asyncio.wait_for(
+            asyncio.to_thread(_explain, model.translator, text, o), svc.limits.timeout
+        )
+    except asyncio.TimeoutError:
+        raise HTTPError(504, f"took longer than {svc.limits.timeout:g} s (--timeout)") from None
+    except ValueError as e:
+        raise HTTPError(400, str(e)) from None
+    return JSONResponse(answer)
+
+
+def _explain(translator: Translator, text: str, options: DecodeOptions) -> dict[str, Any]:
+    """The answer of /v1/explain (run in a worker thread: it decodes)."""
+    with _ONE_AT_A_TIME:
+        steps = trace_translation(translator, text, options)
+        [t] = translator.translate_detailed([text], options, attention_maps=True)
+    pieces = translator.tokenizer.tgt_vocabulary()
+    eos = translator.tokenizer.eos_id
+
+    def spelled(tokens: list[int]) -> list[str]:
+        return ["</s>" if i == eos else pieces[i] for i in tokens]
+
+    maps = t.attention_maps
+    return {
+        "steps": [_step(s, spelled) for s in steps],
+        "source_tokens": t.source_tokens or [],
+        "target_tokens": t.target_tokens or [],
+        "maps": {
+            kind: [] if maps is None else [_rounded(m) for m in getattr(maps, kind)]
+            for kind in ("encoder", "decoder", "cross")
+        },
+        "translation": t.text,
+        "score": round(t.score, DIGITS),
+        "beam": options.beam,
+        "alpha": options.alpha,
+    }
+
+
+def _step(s: BeamStep, spelled: Any) -> dict[str, Any]:
+    """One step of the lattice; hypotheses of log-prob -inf (none can be: at the length limit only
+    eos is allowed) are left out, as JSON has no infinity."""
+    return {
+        "step": s.step,
+        "candidates": [
+            {"tokens": spelled(tokens), "logprob": round(lp, DIGITS)}
+            for tokens, lp in s.candidates
+            if math.isfinite(lp)
+        ],
+        "ended": [
+            {
+                "tokens": spelled(h.tokens),
+                "logprob": round(h.logprob, DIGITS),
+                "score": round(h.score, DIGITS),
+            }
+            for h in s.ended
+        ],
+        "kept": [
+            {"tokens": spelled(tokens), "logprob": round(lp, DIGITS)}
+            for tokens, lp in s.kept
+            if math.isfinite(lp)
+        ],
+        "done": s.done,
+    }
+
+
+def _rounded(weights: Any) -> Any:
+    """A layer's maps (H, Q, K) as nested lists rounded to DIGITS."""
+    return weights.double().mul(10**DIGITS).round().div(10**DIGITS).tolist()
