@@ -183,15 +183,20 @@ def report(
     print(peer_table(decoding))
     print(
         "\nTraining step (forward + backward + Adam; bf16 rows: bf16 autocast, fp32 master "
-        f"weights); fp32 matmul peak {peak:.0f} GFLOP/s ({args.matmul_size}² matmul, "
-        f"{matmul['threads']} threads)"
+        f"weights); matmul peak fp32 {peak:.0f}, bf16 {_gflops(matmul)} GFLOP/s "
+        f"({args.matmul_size}² matmul, {matmul['threads']} threads)"
     )
-    print(train_table(results["training"], peak))
+    print(train_table(results["training"], peak, matmul.get("bf16_gflops_per_second")))
     print(
         f"\nAttention: one encoder self-attention layer (d_model {D_MODEL}, {HEADS} heads, "
         "batch 1), forward"
     )
     print(attention_table(results["attention"]))
+
+
+def _gflops(matmul: dict[str, Any]) -> str:
+    bf16 = matmul.get("bf16_gflops_per_second")
+    return "(not native here)" if bf16 is None else f"{bf16:.0f}"
 
 
 # --- the run --------------------------------------------------------------------------------------

@@ -361,15 +361,24 @@ def measure_training(work: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure_matmul(spec: dict[str, Any]) -> dict[str, Any]:
-    """fp32 matmul peak: the best of `repeats` (n x n) @ (n x n) products, after a warm-up."""
+    """Matmul peaks: the best of `repeats` (n x n) @ (n x n) products, after a warm-up, in fp32,
+    and in bf16 where the CPU multiplies bf16 natively (else None)."""
     import torch
+
+    from qkv.runtime.precision import native_bf16
 
     n = spec["size"]
     a, b = torch.randn(n, n), torch.randn(n, n)
     times, _ = timed(lambda: torch.matmul(a, b), spec["repeats"])
+    bf16 = None
+    if native_bf16("cpu"):
+        a16, b16 = a.bfloat16(), b.bfloat16()
+        times16, _ = timed(lambda: torch.matmul(a16, b16), spec["repeats"])
+        bf16 = 2 * n**3 / times16["best_seconds"] / 1e9
     return {
         **times,
         "gflops_per_second": 2 * n**3 / times["best_seconds"] / 1e9,
+        "bf16_gflops_per_second": bf16,
         "threads": torch.get_num_threads(),
     }
 

@@ -143,7 +143,14 @@ def peer_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def train_table(rows: list[dict[str, Any]], peak: float) -> str:
+def train_table(rows: list[dict[str, Any]], peak: float, bf16_peak: float | None = None) -> str:
+    """The training rows; each row's GFLOP/s as a share of the matmul peak of its precision (bf16
+    rows: the bf16 peak where it was measured)."""
+
+    def share(r: dict[str, Any]) -> str:
+        own = bf16_peak if r.get("precision") == "bf16" and bf16_peak else peak
+        return f"{100 * r['gflops_per_second'] / own:.0f}%"
+
     def like(r: dict[str, Any]) -> tuple[bool, str]:  # compare like with like
         return bool(r.get("keep_freed_memory")), r.get("precision", "fp32")
 
@@ -155,7 +162,7 @@ def train_table(rows: list[dict[str, Any]], peak: float) -> str:
             f"{r['seconds']:.2f}",
             f"{r['tokens_per_second']:.0f}",
             f"{r['gflops_per_second']:.0f}",
-            f"{100 * r['gflops_per_second'] / peak:.0f}%",
+            share(r),
             f"{r['peak_rss_mb']:.0f}",
             f"{r['other_cores']:.2f}",
             f"{qkv[like(r)]['tokens_per_second'] / r['tokens_per_second']:.2f}",
@@ -169,7 +176,7 @@ def train_table(rows: list[dict[str, Any]], peak: float) -> str:
             "s/step",
             "target tokens/s",
             "GFLOP/s",
-            "of matmul peak",
+            "of its matmul peak",
             "peak RSS MB",
             "others' cores",
             "qkv ÷ engine",
