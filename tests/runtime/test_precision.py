@@ -51,6 +51,7 @@ def test_auto_resolves_per_device_and_model_width(monkeypatch: pytest.MonkeyPatc
     assert P.resolve_precision("auto", "cpu", with_bf16, d_model=64) == "fp32"  # narrow: no gain measured
     assert P.resolve_precision("auto", "cpu", with_bf16, d_model=P.CPU_BF16_MIN_D_MODEL) == "bf16"
     assert P.resolve_precision("auto", "mps") == "fp32"
+
     for supported in (True, False):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda s=supported: s)
@@ -218,3 +219,15 @@ def test_bf16_decoding_of_a_trained_demo_model_equals_fp32_on_held_out_numbers(s
         b = bf16.translate(sources, DecodeOptions(beam=beam))
         same = sum(x == y for x, y in zip(a, b, strict=True))
         assert len(a) == 300 and same >= 0.99 * len(a), (beam, same)
+
+
+@pytest.mark.parametrize("pays", [True, False])
+def test_training_auto_keeps_fp32_where_bf16_products_are_slower(monkeypatch, pays: bool) -> None:
+    """On the CPU it runs on (flags read, not given), training's auto also asks whether bf16
+    matrix products are faster than fp32's here: a native-bf16 CPU where they are not keeps fp32;
+    decoding's path is measured apart (runtime.choice)."""
+    monkeypatch.setattr(P, "native_bf16", lambda device, flags=None: True)
+    monkeypatch.setattr(P, "bf16_matmul_pays", lambda: pays)
+    assert P.resolve_precision("auto", "cpu", d_model=512) == ("bf16" if pays else "fp32")
+    assert P.resolve_precision("auto", "cpu") == "bf16"
+    assert P.resolve_precision("auto", "cpu", {"avx512_bf16"}, d_model=512) == "bf16"  # as given

@@ -5,8 +5,10 @@ with the AVX512_BF16 or AMX-BF16 instructions (read from /proc/cpuinfo when aske
 list of CPU models). There, bf16 matrix products run several times faster than fp32 ones; elsewhere
 torch emulates them, slower than fp32.
 
-* `auto`: bf16 where it is native, fp32 elsewhere. Training adds a measured rule on the CPU: a
-  model narrower than `CPU_BF16_MIN_D_MODEL` keeps fp32 (docs/benchmarks.md).
+* `auto`: bf16 where it is native, fp32 elsewhere. Training adds two measured rules on the CPU: a
+  model narrower than `CPU_BF16_MIN_D_MODEL` keeps fp32, and so does a CPU whose bf16 matrix
+  products turn out slower than its fp32 ones (`bf16_matmul_pays`: a Xeon exposing AVX512_BF16
+  without AMX multiplies 4096² bf16 at 163 GFLOP/s against 318 in fp32; docs/benchmarks.md).
 * `fp32`: always fp32.
 * `bf16`: always bf16; on hardware without native bf16 it runs, emulated and slow, with a warning.
 
@@ -16,7 +18,9 @@ torch emulates them, slower than fp32.
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 import warnings
 from pathlib import Path
 
@@ -71,8 +75,9 @@ def resolve_precision(
     """"fp32" or "bf16" for a precision setting on `device`.
 
     auto: bf16 where native; given a d_model (training), a CPU also needs d_model >=
-    CPU_BF16_MIN_D_MODEL. bf16 where it is not native: bf16 anyway, with a warning that it is
-    emulated (slow). flags: the CPU's flags (default: read now).
+    CPU_BF16_MIN_D_MODEL and, when its flags are read (not given), bf16 products measured faster
+    than fp32 ones (`bf16_matmul_pays`). bf16 where it is not native: bf16 anyway, with a warning
+    that it is emulated (slow). flags: the CPU's flags (default: read now).
     """
     check_precision(setting)
     if setting == "fp32":
@@ -88,10 +93,31 @@ def resolve_precision(
                 stacklevel=2,
             )
         return "bf16"
-    narrow = d_model is not None and d_model < CPU_BF16_MIN_D_MODEL
-    if native and torch.device(device).type == "cpu" and narrow:
+    training_on_cpu = native and torch.device(device).type == "cpu" and d_model is not None
+    if training_on_cpu and (
+        d_model < CPU_BF16_MIN_D_MODEL or (flags is None and not bf16_matmul_pays())
+    ):
         return "fp32"
     return "bf16" if native else "fp32"
+
+
+@functools.cache
+def bf16_matmul_pays(size: int = 1024, repeats: int = 5) -> bool:
+    """Whether this CPU multiplies bf16 matrices faster than fp32 ones: the best of `repeats`
+    size x size products each, after a warm-up; measured once per process (~0.2 s). The flags
+    alone do not say it (the module docstring)."""
+    a = torch.randn(size, size)
+    best = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        x = a.to(dtype)
+        torch.matmul(x, x)  # warm-up: the kernel is chosen and its buffers allocated
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.matmul(x, x)
+            times.append(time.perf_counter() - start)
+        best[dtype] = min(times)
+    return best[torch.bfloat16] < best[torch.float32]
 
 
 def describe_hardware(device: str | torch.device, flags: set[str] | None = None) -> str:
@@ -116,6 +142,7 @@ __all__ = [
     "BF16_CPU_FLAGS",
     "CPU_BF16_MIN_D_MODEL",
     "PRECISIONS",
+    "bf16_matmul_pays",
     "check_precision",
     "cpu_flags",
     "describe_hardware",
