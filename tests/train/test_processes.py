@@ -66,14 +66,18 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     """DDP over 2 CPU processes == 1 process accumulating the same 2 batches per update."""
     no_dropout = {"dropout": 0.0, "attention_dropout": 0.0}
     ddp_cfg = recipe(max_steps=4, valid_every=2, model=no_dropout)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "qkv", "train", "--out", str(tmp_path / "ddp"),
-           *cli_args(ddp_cfg)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    for attempt in range(2):  # a rare abort of a gloo rank as the group is torn down: one retry
+        out = tmp_path / f"ddp{attempt}"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+               "127.0.0.1", "--master_port", str(free_port()), "-m", "qkv", "train", "--out", str(out),
+               *cli_args(ddp_cfg)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        if "terminate called without an active exception" not in done.stderr:
+            break
     assert done.returncode == 0, done.stderr[-3000:]  # includes the replicas-in-sync check at each checkpoint
     Trainer(recipe(max_steps=4, valid_every=2, accum_steps=2, model=no_dropout), tmp_path / "single").train()
-    a, b = last_weights(tmp_path / "ddp"), last_weights(tmp_path / "single")
+    a, b = last_weights(out), last_weights(tmp_path / "single")
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4)
     start = load_file(str(tmp_path / "single" / "checkpoints" / "step_00000002" / "model.safetensors"))
