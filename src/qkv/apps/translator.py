@@ -174,7 +174,6 @@ class Translator:
         attention_maps: bool = False,
         batch_tokens: int | None = None,
         workers: int | None = None,
-        abandoned: Abandoned | None = None,
     ) -> list[Translation]:
         """Translate sentences; one `Translation` per input string, in input order.
 
@@ -189,13 +188,10 @@ class Translator:
         batch_tokens, workers: this call's, in place of `runtime`'s (`RuntimeOptions`; None: the
             translator's). Worker processes are forked at the first call that needs them and kept
             for the next ones until `close`.
-        abandoned: asked between decoding steps with the index of each text still being decoded;
-            True drops it (its caller gave up), and its Translation is None (`decode.search`).
-            Worker processes do not ask it.
         """
         extras = Extras(attention, alignment, attention_maps)
         ids, options, runtime = self._prepare(texts, options, extras, batch_tokens, workers)
-        return list(self._stream(ids, options, extras, runtime, math.inf, abandoned))
+        return list(self._stream(ids, options, extras, runtime, math.inf))
 
     def translate_stream(
         self,
@@ -277,7 +273,6 @@ class Translator:
         extras: Extras,
         runtime: RuntimeOptions,
         chunk_tokens: float,
-        abandoned: Abandoned | None = None,
     ) -> Iterator[Translation]:
         """The translations of `ids`, in order, decoded a chunk of at most chunk_tokens source
         tokens at a time, batched as `runtime` says. Batch b of the whole input samples with
@@ -285,10 +280,9 @@ class Translator:
         first_batch = 0
         for start, end in chunks(ids, chunk_tokens):
             chunk = ids[start:end]
-            dropped = None if abandoned is None else _shifted(abandoned, start)
             batches = self.batches(chunk, runtime.batch_tokens, runtime.workers)
             yield from self._decode_batches(
-                chunk, batches, options, extras, runtime.workers, first_batch, dropped
+                chunk, batches, options, extras, runtime.workers, first_batch, None
             )
             first_batch += len(batches)
 
@@ -423,11 +417,6 @@ class Translator:
         if extras.maps:
             result.attention_maps = maps
         return result
-
-
-def _shifted(abandoned: Abandoned, start: int) -> Abandoned:
-    """`abandoned` asked about text start + i for text i of a chunk."""
-    return lambda i: abandoned(start + i)
 
 
 def _picked(abandoned: Abandoned, batch: list[int]) -> Abandoned:
