@@ -37,6 +37,7 @@ from torch import Tensor
 from ..data.batching import chunks, pad_sequences, sorted_batches
 from ..data.tokenizer import SubwordTokenizer
 from ..decode.alignment import hard_alignment
+from ..decode.constrained import Constraints
 from ..decode.ensemble import Ensemble
 from ..decode.options import DecodeOptions
 from ..decode.search import Abandoned, Hypothesis, attention_weights, run
@@ -49,11 +50,13 @@ from ..runtime.choice import choose_decoding_path
 from ..runtime.options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ..runtime.prepare import prepare_for_decoding
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
+from .glossary import Glossary
 from .translation import Extras, Translation
 
 CHUNK_BATCHES = 16  # translate_stream decodes about this many batches' worth of lines at a time
-# one batch to search: src (B, S), options, max_len (B,), seed, abandoned (row -> drop it?)
-_Search = tuple[Tensor, DecodeOptions, Tensor, int, Abandoned | None]
+# one batch to search: src (B, S), options, max_len (B,), seed, abandoned (row -> drop it?),
+# each row's constraints (None: none)
+_Search = tuple[Tensor, DecodeOptions, Tensor, int, Abandoned | None, list[Constraints] | None]
 
 
 class Translator:
@@ -157,10 +160,11 @@ class Translator:
         *,
         batch_tokens: int | None = None,
         workers: int | None = None,
+        glossary: Glossary | None = None,
     ) -> list[str]:
         """Translate sentences; one output string per input string (see `translate_detailed`)."""
         results = self.translate_detailed(
-            texts, options, batch_tokens=batch_tokens, workers=workers
+            texts, options, batch_tokens=batch_tokens, workers=workers, glossary=glossary
         )
         return [t.text for t in results]
 
@@ -174,6 +178,7 @@ class Translator:
         attention_maps: bool = False,
         batch_tokens: int | None = None,
         workers: int | None = None,
+        glossary: Glossary | None = None,
     ) -> list[Translation]:
         """Translate sentences; one `Translation` per input string, in input order.
 
@@ -188,10 +193,13 @@ class Translator:
         batch_tokens, workers: this call's, in place of `runtime`'s (`RuntimeOptions`; None: the
             translator's). Worker processes are forked at the first call that needs them and kept
             for the next ones until `close`.
+        glossary: the terms each translation must use where the source has them (`apps.glossary`;
+            lexically constrained beam search, `decode.constrained`).
         """
         extras = Extras(attention, alignment, attention_maps)
         ids, options, runtime = self._prepare(texts, options, extras, batch_tokens, workers)
-        return list(self._stream(ids, options, extras, runtime, math.inf))
+        found = self.constraints(texts, options, glossary)
+        return list(self._stream(ids, options, extras, runtime, math.inf, found))
 
     def translate_stream(
         self,
@@ -204,6 +212,7 @@ class Translator:
         batch_tokens: int | None = None,
         workers: int | None = None,
         chunk_tokens: int | None = None,
+        glossary: Glossary | None = None,
     ) -> Iterator[Translation]:
         """Translate sentences as `translate_detailed` does, but yield each `Translation`, in input
         order, as soon as it and all the ones before it are done: for writing a long file's
@@ -223,7 +232,8 @@ class Translator:
             chunk_tokens = max(CHUNK_BATCHES, runtime.workers) * runtime.batch_tokens
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
-        return self._stream(ids, options, extras, runtime, chunk_tokens)
+        found = self.constraints(texts, options, glossary)
+        return self._stream(ids, options, extras, runtime, chunk_tokens, found)
 
     def _prepare(
         self,
@@ -273,6 +283,7 @@ class Translator:
         extras: Extras,
         runtime: RuntimeOptions,
         chunk_tokens: float,
+        constraints: list[Constraints] | None,
     ) -> Iterator[Translation]:
         """The translations of `ids`, in order, decoded a chunk of at most chunk_tokens source
         tokens at a time, batched as `runtime` says. Batch b of the whole input samples with
@@ -281,8 +292,9 @@ class Translator:
         for start, end in chunks(ids, chunk_tokens):
             chunk = ids[start:end]
             batches = self.batches(chunk, runtime.batch_tokens, runtime.workers)
+            found = None if constraints is None else constraints[start:end]
             yield from self._decode_batches(
-                chunk, batches, options, extras, runtime.workers, first_batch, None
+                chunk, batches, options, extras, runtime.workers, first_batch, None, found
             )
             first_batch += len(batches)
 
@@ -300,14 +312,16 @@ class Translator:
         attention: bool = False,
         alignment: bool = False,
         abandoned: Abandoned | None = None,
+        constraints: list[Constraints] | None = None,
     ) -> list[Translation | None]:
         """Translate source ids (`encode`'s, of one of `batches`) as one batch, in their order:
-        what a server that batches requests itself calls. None for the ids `abandoned` drops."""
+        what a server that batches requests itself calls. None for the ids `abandoned` drops.
+        constraints: each row's, from `constraints` (None: none)."""
         extras = Extras(attention, alignment)
         self._check_options(options, extras)
         batch = [i for i, seq in enumerate(ids) if seq]  # an empty line is not decoded
         batches = [batch] if batch else []
-        return self._decode_batches(ids, batches, options, extras, 1, 0, abandoned)
+        return self._decode_batches(ids, batches, options, extras, 1, 0, abandoned, constraints)
 
     def _decode_batches(
         self,
@@ -318,9 +332,10 @@ class Translator:
         workers: int,
         first_batch: int,
         abandoned: Abandoned | None,
+        constraints: list[Constraints] | None = None,
     ) -> list[Translation | None]:
         """The translations of `ids`, decoding the given batches of indices (empty ids are not
-        decoded; batch b samples with seed + first_batch + b)."""
+        decoded; batch b samples with seed + first_batch + b; constraints: of each of `ids`)."""
         results = [extras.empty() if not seq else None for seq in ids]
         # on a CPU that forks, worker processes: no GIL between the searches
         forked = workers > 1 and len(batches) > 1 and self.device.type == "cpu" and can_fork()
@@ -331,7 +346,8 @@ class Translator:
             lengths = [options.max_output_length(len(ids[i])) for i in batch]
             max_len = torch.tensor(lengths, device=self.device)  # (B,)
             dropped = None if abandoned is None or forked else _picked(abandoned, batch)
-            searches.append((src, options, max_len, options.seed + first_batch + b, dropped))
+            found = None if constraints is None else [constraints[i] for i in batch]
+            searches.append((src, options, max_len, options.seed + first_batch + b, dropped, found))
         if forked:
             decoded = self._forked_workers(workers).map(searches)
         else:  # threads
@@ -372,10 +388,30 @@ class Translator:
         max_len: Tensor,
         seed: int,
         abandoned: Abandoned | None = None,
+        constraints: list[Constraints] | None = None,
     ) -> list[list[Hypothesis]]:
-        """The hypotheses of each row of src (B, S), best first: sampled, greedy or beam search
-        ([] for a row `abandoned` dropped)."""
-        return run(self.model, src, options, max_len, seed=seed, abandoned=abandoned)
+        """The hypotheses of each row of src (B, S), best first: sampled, greedy or beam search,
+        constrained where `constraints` say ([] for a row `abandoned` dropped)."""
+        return run(
+            self.model,
+            src,
+            options,
+            max_len,
+            seed=seed,
+            abandoned=abandoned,
+            constraints=constraints,
+        )
+
+    def constraints(
+        self, texts: Sequence[str], options: DecodeOptions, glossary: Glossary | None
+    ) -> list[Constraints] | None:
+        """For each text, the target-token sequences `glossary` asks its translation to contain
+        (None without a glossary). A glossary needs beam search (a beam of 2 or more)."""
+        if glossary is None:
+            return None
+        if options.sampling or options.beam < 2:
+            raise ValueError("a glossary needs beam search with a beam of 2 or more (no sampling)")
+        return glossary.constraints(list(texts), self.tokenizer)
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids of each text, truncated to leave room for eos within max_src_tokens (with

@@ -55,6 +55,7 @@ from ..data.batching import pad_sequences
 from ..model import AttentionWeights, Transformer
 from ..model.masks import padding_mask
 from .beam import BeamStep, beam_search
+from .constrained import Constraints, constrained_beam_search
 from .interface import Decodable
 from .options import DEFAULT_MAX_LEN_B, DecodeOptions
 from .rows import (
@@ -201,15 +202,23 @@ def run(
     seed: int | None = None,
     use_cache: bool = True,
     abandoned: Abandoned | None = None,
+    constraints: list[Constraints] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode src (B, S) as `options` say: sampled, greedy (beam 1) or beam search. For each row,
     its hypotheses, best first (`options.nbest` at most; [] for a row `abandoned` dropped).
 
     max_len: per-row caps (see `max_lengths`); the caller computes them from the options and the
-    source lengths. seed: the sampling seed of this batch (default options.seed).
+    source lengths. seed: the sampling seed of this batch (default options.seed). constraints:
+    token sequences each row's output must contain (`decode.constrained`; beam search only).
     """
     o = options
     common = {"max_len": max_len, "min_len": o.min_len, "alpha": o.alpha, "use_cache": use_cache}
+    if constraints is not None and any(constraints):
+        if o.sampling:
+            raise ValueError("constraints need beam search, not sampling")
+        return constrained_beam_search(
+            model, src, constraints, o.beam, nbest=o.nbest, abandoned=abandoned, **common
+        )
     if o.sampling:
         seed = o.seed if seed is None else seed
         drawn = sample(

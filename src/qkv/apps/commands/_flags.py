@@ -26,6 +26,7 @@ from ...decode.options import DecodeOptions
 from ...runtime.options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ...runtime.precision import PRECISIONS
 from ...runtime.quantize import QUANTIZATIONS
+from ..glossary import Glossary
 
 _FIELDS = {f.name: f for f in dataclasses.fields(DecodeOptions)}
 _TYPES = typing.get_type_hints(DecodeOptions)
@@ -126,6 +127,11 @@ FLAGS: dict[str, dict[str, Any]] = {  # flag -> its add_argument keywords
         "help": "linear weights packed for oneDNN (--pack) or kept as nn.Linear (--no-pack) "
         "(default: the faster on this CPU, measured once and cached)",
     },
+    "--glossary": {
+        "metavar": "TSV",
+        "help": "terms the translations must use: 'source term<TAB>target term' lines; where a "
+        "source term occurs, its target term appears in the translation (constrained beam search)",
+    },
     "--workers": {
         "type": int,
         "default": 1,
@@ -153,6 +159,11 @@ def add_flags(parser: argparse.ArgumentParser, *flags: str) -> None:
     """The flags as FLAGS declares them."""
     for flag in flags:
         add_flag(parser, flag)
+
+
+def read_glossary(args: argparse.Namespace) -> Glossary | None:
+    """The glossary of --glossary, read and checked (None without the flag)."""
+    return Glossary.read(args.glossary) if getattr(args, "glossary", None) else None
 
 
 def formats_help(formats: Iterable[str]) -> str:

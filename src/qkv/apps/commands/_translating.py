@@ -12,6 +12,7 @@ from ...decode.alignment import format_alignment
 from ...decode.options import DecodeOptions
 from ...runtime.options import RuntimeOptions
 from ..documents import split_sentences
+from ..glossary import Glossary
 from ..html import HtmlDocument
 from ..translator import Translation, Translator
 from ._io import Output
@@ -35,15 +36,16 @@ def translate_lines(
     lines: list[str],
     options: DecodeOptions,
     output: Output | None,
+    glossary: Glossary | None = None,
 ) -> list[Translation]:
-    """Translate `lines` as `options` say, writing each translation to `output` (if any) as soon
-    as it and all before it are done (n-best lists in Moses format with --nbest > 1); log the
-    speed to stderr. Ctrl-C leaves the finished lines written and says how many."""
+    """Translate `lines` as `options` say (with the glossary's terms, if any), writing each
+    translation to `output` (if any) as soon as it and all before it are done (n-best lists in
+    Moses format with --nbest > 1); log the speed to stderr. Ctrl-C leaves the finished lines
+    written and says how many."""
     start = time.perf_counter()
     results: list[Translation] = []
-    stream = translator.translate_stream(
-        lines, options, alignment=getattr(args, "alignment", False)
-    )
+    alignment = getattr(args, "alignment", False)
+    stream = translator.translate_stream(lines, options, alignment=alignment, glossary=glossary)
     try:
         for i, r in enumerate(stream):
             results.append(r)
@@ -71,12 +73,13 @@ def translate_paragraphs(
     lines: list[str],
     options: DecodeOptions,
     output: Output,
+    glossary: Glossary | None = None,
 ) -> None:
     """Each line cut into its sentences (`documents.split_sentences`, in the model's source
     language), translated, and written back as one line with its own spacing, in order."""
     pieces = [split_sentences(line, source_language(translator)) for line in lines]
     sentences = [s for p in pieces for s in p.sentences]
-    stream = translator.translate_stream(sentences, options)
+    stream = translator.translate_stream(sentences, options, glossary=glossary)
     for p in pieces:
         output.write([p.join([next(stream).text for _ in p.sentences])])
 
@@ -86,10 +89,11 @@ def translate_html(
     lines: list[str],
     options: DecodeOptions,
     output: Output,
+    glossary: Glossary | None = None,
 ) -> None:
     """The input as one HTML document, written back with its text translated (`apps.html`)."""
     page = HtmlDocument("\n".join(lines), source_language(translator))
-    done = translator.translate(page.sentences, options)
+    done = translator.translate(page.sentences, options, glossary=glossary)
     output.write(page.join(done).split("\n"))
 
 

@@ -11,6 +11,7 @@ from ._flags import (
     add_decoding_arguments,
     add_flags,
     decode_options,
+    read_glossary,
     runtime_options,
 )
 from ._io import Output, read_input_lines
@@ -56,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="show the search of each line step by step instead: the candidates ranked, what "
         "ends (with its length-penalised score), the beam kept (--beam 1: greedy)",
     )
-    add_flags(parser, *TRANSLATOR_FLAGS, "--workers")
+    add_flags(parser, "--glossary", *TRANSLATOR_FLAGS, "--workers")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--alignment and --nbest take one sentence per line: use --split lines")
     if args.trace and (args.split != "lines" or args.format != "text" or options.sampling):
         raise ValueError("--trace shows the search of each line: no --split, --format or --sample")
+    if args.trace and args.glossary:
+        raise ValueError("--trace shows beam search without a glossary: leave out --glossary")
     runtime = runtime_options(args)  # a bad device, before the input is read
+    glossary = read_glossary(args)
     lines = read_input_lines(args.input)
     output = Output()
     translator = load_translator(args.model, runtime)
@@ -77,9 +81,9 @@ def run(args: argparse.Namespace) -> int:
             steps = trace_translation(translator, line, options)
             output.write([f"source: {line}", *format_trace(steps, translator, options).split("\n")])
     elif args.format == "html":
-        translate_html(translator, lines, options, output)
+        translate_html(translator, lines, options, output, glossary)
     elif args.split == "sentences":
-        translate_paragraphs(translator, lines, options, output)
+        translate_paragraphs(translator, lines, options, output, glossary)
     else:
-        translate_lines(args, translator, lines, options, output)
+        translate_lines(args, translator, lines, options, output, glossary)
     return 0

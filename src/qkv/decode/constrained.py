@@ -1,0 +1,270 @@
+"""Lexically constrained beam search: every output contains given token sequences (a glossary's
+target terms), by dynamic beam allocation (Post & Vilar, 2018), batched.
+
+    hyps = constrained_beam_search(model, src, [[[12, 7]], []], beam=5)   # row 0 must hold 12 7
+
+Each hypothesis carries how far it has come through its sentence's constraints (`Progress`): which
+constraints it holds, and how many tokens of one it is in the middle of. At each step the
+candidates of a sentence are the 2 * beam best extensions (as in `decode.beam`), plus, for every
+alive hypothesis, its best next token and each token that advances a constraint (the next token of
+the one it is in, or the first token of one it does not hold yet; eos, once it holds them all).
+A candidate's bank is the number of constraint tokens it has met. The beam is filled round-robin
+over the banks, fullest bank first: the best candidate of each bank, then the second best of each,
+and so on; so hypotheses that place the terms compete with their own kind, not with unconstrained
+ones whose scores are higher. eos is forbidden until every constraint is met, except at the length
+limit, where a hypothesis ends as it is. The candidates with eos among the `beam` best of their
+bank end (with one bank, beam search's rule); finished hypotheses that hold every constraint rank
+before those that do not. The search of a sentence stops as beam search's does
+(`decode.beam._Finished`); a sentence without constraints has one bank, and its search is
+`beam_search`'s, ids and scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .beam import _best_extensions, _Finished
+from .interface import Decodable
+from .rows import Abandoned, Hypothesis, Rows, constrain, kept_rows
+
+Constraints = list[list[int]]  # one sentence's: token sequences its output must contain
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a hypothesis is in its sentence's constraints: a bit per constraint it holds, and
+    (constraint, tokens matched) of the one it is in the middle of, if any."""
+
+    held: int = 0
+    partial: tuple[int, int] | None = None
+
+    def after(self, token: int, constraints: Constraints) -> Progress:
+        """The progress after writing `token`: it goes on with the constraint it is in, or
+        (breaking that one off) starts one it does not hold."""
+        if self.partial is not None:
+            c, matched = self.partial
+            if constraints[c][matched] == token:
+                return self._matched(c, matched + 1, constraints)
+        for c, sequence in enumerate(constraints):
+            if not self.held >> c & 1 and sequence[0] == token:
+                return self._matched(c, 1, constraints)
+        return Progress(self.held)
+
+    def _matched(self, c: int, matched: int, constraints: Constraints) -> Progress:
+        if matched == len(constraints[c]):
+            return Progress(self.held | 1 << c)
+        return Progress(self.held, (c, matched))
+
+    def advancing(self, constraints: Constraints) -> set[int]:
+        """The tokens that would meet one more constraint token."""
+        if self.partial is not None:
+            c, matched = self.partial
+            return {constraints[c][matched]}
+        return {s[0] for c, s in enumerate(constraints) if not self.held >> c & 1}
+
+    def met(self, constraints: Constraints) -> int:
+        """Constraint tokens met: the bank of a hypothesis."""
+        held = sum(len(s) for c, s in enumerate(constraints) if self.held >> c & 1)
+        return held + (self.partial[1] if self.partial is not None else 0)
+
+    def complete(self, constraints: Constraints) -> bool:
+        return self.held == (1 << len(constraints)) - 1
+
+
+def holds(tokens: list[int], constraints: Constraints) -> bool:
+    """Whether `tokens` contains every constraint as a contiguous run."""
+    return all(
+        any(tokens[i : i + len(s)] == s for i in range(len(tokens) - len(s) + 1))
+        for s in constraints
+    )
+
+
+def _check(constraints: list[Constraints], batch: int) -> None:
+    if len(constraints) != batch:
+        raise ValueError(f"constraints for {len(constraints)} rows, but the batch has {batch}")
+    for row in constraints:
+        if any(not s or not all(isinstance(t, int) for t in s) for s in row):
+            raise ValueError("each constraint is a non-empty list of token ids")
+        if len(row) > 62:
+            raise ValueError(f"at most 62 constraints per sentence, got {len(row)}")
+
+
+# a candidate: (summed log-prob, slot of the hypothesis it extends, token, its progress)
+_Candidate = tuple[float, int, int, Progress]
+
+
+def _banked(
+    candidates: list[_Candidate], constraints: Constraints, beam: int, eos: int
+) -> tuple[list[_Candidate], list[_Candidate]]:
+    """The candidates that end now: those with eos among the `beam` best of their bank (with one
+    bank, `beam_search`'s rule); and the `beam` that go on, taken round-robin over the banks,
+    fullest bank first (finite scores before -inf ones)."""
+    ranked = sorted(candidates, key=lambda c: -c[0])
+    seen: dict[int, int] = {}
+    keys = []
+    for score, _, _, progress in ranked:
+        bank = progress.met(constraints)
+        rank = seen[bank] = seen.get(bank, -1) + 1
+        keys.append((score == float("-inf"), rank, -bank))
+    ending = [
+        c for c, k in zip(ranked, keys, strict=True) if c[2] == eos and not k[0] and k[1] < beam
+    ]
+    order = sorted(range(len(ranked)), key=lambda k: keys[k])
+    return ending, [ranked[k] for k in order if ranked[k][2] != eos][:beam]
+
+
+def _candidates(
+    base: list[tuple[float, int, int]],
+    extra: list[tuple[float, int, int]],
+    progress: list[Progress],
+    constraints: Constraints,
+    eos: int,
+) -> list[_Candidate]:
+    """The base candidates and the finite extra ones not among them, with their progress."""
+    merged, seen = list(base), {(slot, token) for _, slot, token in base}
+    for score, slot, token in extra:
+        if score != float("-inf") and (slot, token) not in seen:
+            merged.append((score, slot, token))
+            seen.add((slot, token))
+    return [
+        (score, slot, token, p if token == eos else p.after(token, constraints))
+        for score, slot, token in merged
+        for p in (progress[slot],)
+    ]
+
+
+def _extra(
+    logp: Tensor,
+    scores: list[list[float]],
+    progress: list[Progress],
+    todo: list[Constraints],
+    eos: int,
+) -> list[list[tuple[float, int, int]]]:
+    """For each sentence (Ba) with constraints: each alive hypothesis's best next token and the
+    tokens that advance its constraints (eos, once it holds them all), as (summed log-prob, slot,
+    token). logp (Ba * n, V)."""
+    n = len(scores[0])
+    best = logp.argmax(dim=-1).tolist()  # (Ba * n,)
+    wanted = [
+        [
+            (j, t)
+            for j in range(n)
+            for t in {best[b * n + j], *(progress[b * n + j].advancing(c) or {eos})}
+        ]
+        if c
+        else []
+        for b, c in enumerate(todo)
+    ]
+    rows = [b * n + j for b, w in enumerate(wanted) for j, _ in w]
+    cols = [t for w in wanted for _, t in w]
+    values = logp[rows, cols].tolist() if rows else []
+    out, k = [], 0
+    for b, w in enumerate(wanted):
+        out.append([(scores[b][j] + values[k + i], j, t) for i, (j, t) in enumerate(w)])
+        k += len(w)
+    return out
+
+
+def _choose(
+    logp: Tensor,
+    scores: Tensor,
+    progress: list[Progress],
+    todo: list[Constraints],
+    beam: int,
+    eos: int,
+) -> tuple[tuple[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor], list[Progress]]:
+    """One step for every alive sentence (Ba, n hypotheses each; logp (Ba * n, V)): the candidates
+    that end as (summed log-probs, rows extended, a mask of the real ones), each (Ba, E); those that
+    go on as (summed log-probs, rows extended, tokens), each (Ba, beam), and their progress. A
+    sentence with fewer candidates than the beam fills it with -inf copies of its first."""
+    n = scores.size(1)
+    top, parent, tokens = _best_extensions(scores, logp, 2 * beam)  # (Ba, C), best first
+    extra = _extra(logp, scores.tolist(), progress, todo, eos)
+    ending, going = [], []
+    for b, (t, p, k) in enumerate(zip(top.tolist(), parent.tolist(), tokens.tolist(), strict=True)):
+        base = list(zip(t, p, k, strict=True))
+        mine = progress[b * n : (b + 1) * n]
+        ends, on = _banked(_candidates(base, extra[b], mine, todo[b], eos), todo[b], beam, eos)
+        on += [(float("-inf"), *on[0][1:])] * (beam - len(on))
+        ending.append([(s, b * n + j, True) for s, j, _, _ in ends])
+        going.append([(s, b * n + j, k, q) for s, j, k, q in on])
+    width = max(len(row) for row in ending)
+    ending = [row + [(float("-inf"), 0, False)] * (width - len(row)) for row in ending]
+    device = scores.device
+
+    def column(table: list, c: int, dtype: torch.dtype) -> Tensor:
+        return torch.tensor([[x[c] for x in row] for row in table], dtype=dtype, device=device)
+
+    ended = tuple(column(ending, c, d) for c, d in enumerate((torch.float, torch.long, torch.bool)))
+    kept = tuple(column(going, c, d) for c, d in enumerate((torch.float, torch.long, torch.long)))
+    return ended, kept, [c[3] for row in going for c in row]  # type: ignore[return-value]
+
+
+@torch.inference_mode()
+def constrained_beam_search(
+    model: Decodable,
+    src: Tensor,
+    constraints: list[Constraints],
+    beam: int = 4,
+    alpha: float = 0.6,
+    nbest: int = 1,
+    max_len: int | Tensor | None = None,
+    min_len: int = 0,
+    use_cache: bool = True,
+    abandoned: Abandoned | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search whose outputs contain each row's constraints (the module docstring). src (B, S),
+    constraints: for each row, the token sequences (eos, pad and bos excluded) its output must
+    contain -> for each row, its `nbest` best finished hypotheses, those holding every constraint
+    first, then by score ([] for a row `abandoned` dropped)."""
+    if beam < 1 or not 1 <= nbest <= beam:
+        raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
+    _check(constraints, src.size(0))
+    if src.size(0) == 0:
+        return []
+    rows = Rows(model, src, use_cache, max_len)
+    limit, device, eos = rows.limit, src.device, rows.cfg.eos_id
+    sentence = torch.arange(src.size(0), device=device)  # (Ba,) input row of each alive sentence
+    scores = torch.zeros(src.size(0), 1, device=device)  # (Ba, n) summed log-probs
+    progress = [Progress()] * src.size(0)  # (Ba * n,)
+    ended = _Finished(src.size(0), beam, alpha, device)
+    for step in range(int(limit.max()) + 1):
+        n = scores.size(1)
+        keep = kept_rows(abandoned, sentence)
+        if keep is not None:
+            ended.drop(sentence, keep)
+            if keep.numel() == 0:
+                break
+            slots = (keep[:, None] * n + torch.arange(n, device=device)).view(-1)
+            rows.reorder(slots, keep)
+            progress = [progress[r] for r in slots.tolist()]
+            sentence, scores = sentence[keep], scores[keep]
+        todo = [constraints[i] for i in sentence.tolist()]
+        row_limit = limit[sentence].repeat_interleave(n)  # (Ba * n,)
+        logp = constrain(rows.log_probs(), step, row_limit, min_len, rows.cfg)
+        incomplete = [not p.complete(todo[r // n]) for r, p in enumerate(progress)]
+        logp[torch.tensor(incomplete, device=device) & (step < row_limit), eos] = float("-inf")
+        (top, origin, ends), kept, progress = _choose(logp, scores, progress, todo, beam, eos)
+        ended.add(rows, sentence, top, origin, ends)
+        alive = ended.can_go_on(kept[0], step) & (step < limit[sentence])  # (Ba,)
+        scores, origin, tokens = kept
+        keep = None
+        if not alive.all():
+            keep = alive.nonzero().squeeze(1)  # finished sentences leave the batch
+            if keep.numel() == 0:
+                break
+            ended.keep(keep)
+            progress = [progress[b * beam + j] for b in keep.tolist() for j in range(beam)]
+            sentence, scores, origin, tokens = (t[keep] for t in (sentence, scores, origin, tokens))
+        rows.reorder(origin.view(-1), keep)
+        rows.append(tokens.view(-1))
+    return [
+        sorted(hyps, key=lambda h: (holds(h.tokens, constraints[i]), h.score), reverse=True)[:nbest]
+        for i, hyps in enumerate(ended.hypotheses)
+    ]
+
+
+__all__ = ["Constraints", "Progress", "constrained_beam_search", "holds"]
