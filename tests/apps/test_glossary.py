@@ -65,7 +65,7 @@ def test_a_bad_glossary_file_is_refused_naming_the_line(tmp_path: Path) -> None:
 
 def test_each_translation_holds_the_target_terms_of_its_source(translator: Translator) -> None:
     g = Glossary.from_pairs([("man", "男人"), ("dogs", "狗"), ("park", "公园"), ("bench", "长椅")])
-    texts = EN[:6] + ["no term here", "", "A man and two dogs in a park."]
+    texts = [*EN[:6], "no term here", "", "A man and two dogs in a park."]
     options = DecodeOptions(beam=5, nbest=2)
     got = translator.translate_detailed(texts, options, glossary=g)
     plain = translator.translate_detailed(texts, options)

@@ -406,12 +406,13 @@ class Translator:
         self, texts: Sequence[str], options: DecodeOptions, glossary: Glossary | None
     ) -> list[Constraints] | None:
         """For each text, the target-token sequences `glossary` asks its translation to contain
-        (None without a glossary). A glossary needs beam search (a beam of 2 or more)."""
+        (None without a glossary). Terms need beam search (a beam of 2 or more)."""
         if glossary is None:
             return None
-        if options.sampling or options.beam < 2:
+        found = glossary.constraints(list(texts), self.tokenizer)
+        if any(found) and (options.sampling or options.beam < 2):
             raise ValueError("a glossary needs beam search with a beam of 2 or more (no sampling)")
-        return glossary.constraints(list(texts), self.tokenizer)
+        return found
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids of each text, truncated to leave room for eos within max_src_tokens (with

@@ -14,6 +14,7 @@ from ._flags import (
     add_flag,
     add_flags,
     decode_options,
+    read_glossary,
     runtime_options,
 )
 from ._translating import print_decoding_path
@@ -86,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how /translate cuts a text: the sentences of each line, or each line whole "
         "(%(default)s)",
     )
-    add_flags(parser, *TRANSLATOR_FLAGS)
+    add_flags(parser, "--glossary", *TRANSLATOR_FLAGS)
     parser.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
     parser.add_argument("--access-log", action="store_true", help="log every request")
 
@@ -138,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     options = decode_options(args)  # what a request leaves unset
     request_limits = parse_limits(args)
     runtime = runtime_options(args)
+    glossary = read_glossary(args)
     bind(args.host, args.port).close()  # a busy port or an unknown host: before the models load
     configure_process(threads=runtime.threads, cudnn_attention=False)  # qkv.runtime.process
     models = load_models(args.model, args.pair or (), runtime)
@@ -153,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         batching=not args.no_batching,
         cors_origins=args.cors,
         split=args.split,
+        glossary=glossary,
     )
     print(f"qkv serve: {', '.join(m.pair for m in models)}", flush=True)
     lost = serve(app, args.host, args.port, grace=args.grace, access_log=args.access_log)

@@ -40,6 +40,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...decode.options import DecodeOptions
+from ..glossary import Glossary
 from ..translator import DEFAULT_BATCH_TOKENS
 from .bodies import first_error
 from .guard import BodyTooLarge, Guard, too_large_response
@@ -59,16 +60,18 @@ def create_app(
     batching: bool = True,
     cors_origins: list[str] | None = None,
     split: str = "sentences",
+    glossary: Glossary | None = None,
 ) -> FastAPI:
     """The server for these models. options: the decoding defaults (LibreTranslate requests use
     them as they are; native requests override fields). max_wait, batch_tokens, batching: see
     `Batcher`. cors_origins: web pages of these origins ("*": any) may call the APIs from a
     browser, as LibreTranslate's web clients do; none by default. split: how /translate cuts a
-    text, "sentences" (of each line) or "lines"."""
+    text, "sentences" (of each line) or "lines". glossary: terms every translation uses where
+    its source has them (`apps.glossary`)."""
     limits = limits or Limits()
     options = options or DecodeOptions()
     svc = Service.create(
-        models, limits, options, api_key, max_wait, batch_tokens, batching, split
+        models, limits, options, api_key, max_wait, batch_tokens, batching, split, glossary
     )
     app = FastAPI(
         title="qkv",

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 
+from ...decode.constrained import Constraints
 from ...decode.options import DecodeOptions
 from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
 
@@ -54,6 +55,7 @@ class Job:
     attention: bool = False
     alignment: bool = False
     ids: list[list[int]] | None = None  # the texts' source ids (`Translator.encode`), if known
+    constraints: list[Constraints] | None = None  # the glossary's terms of each text, if any
     future: Future[list[Translation]] = field(default_factory=Future)
     results: list[Translation | None] = field(init=False)
     waiting: int = field(init=False)  # sentences not yet translated
@@ -187,12 +189,12 @@ class Batcher:
     def _decode(self, jobs: list[Job]) -> None:
         """Decode the jobs' sentences in shared batches, by (pair, options), cheapest group
         first, longest sentences first within a group."""
-        members: dict[tuple[str, DecodeOptions], list[Job]] = {}
-        for job in jobs:
-            members.setdefault((job.pair, job.options), []).append(job)
+        members: dict[tuple[str, DecodeOptions, bool], list[Job]] = {}
+        for job in jobs:  # constrained searches apart: a plain batch stays on the fast path
+            members.setdefault((job.pair, job.options, bool(job.constraints)), []).append(job)
         groups = [
             _Group(pair, options, self.translators[pair], same)
-            for (pair, options), same in members.items()
+            for (pair, options, _), same in members.items()
         ]
         for group in sorted(groups, key=lambda g: g.cost):
             empty = [k for k, x in enumerate(group.ids) if not x]  # answered without decoding
@@ -214,6 +216,9 @@ class Batcher:
                 attention=any(job.attention for job in owners),
                 alignment=any(job.alignment for job in owners),
                 abandoned=lambda r: owners[r].future.done(),
+                constraints=None
+                if group.constraints is None
+                else [group.constraints[k] for k in live],
             )
         except Exception as e:
             log.exception("decoding failed")
@@ -248,6 +253,11 @@ class _Group:
             if job.ids is None:
                 job.ids = translator.encode(job.texts)
         self.ids = [job.ids[i] for job, i in self.sentences]  # type: ignore[index]
+        self.constraints = (
+            [job.constraints[i] for job, i in self.sentences]  # type: ignore[index]
+            if jobs[0].constraints
+            else None
+        )
         # what decoding it may take: beam * the output length limits
         self.cost = options.beam * sum(options.max_output_length(len(x)) for x in self.ids)
 

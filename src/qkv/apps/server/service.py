@@ -29,6 +29,7 @@ from fastapi import Request
 from ...data.tokenizer import check_unicode
 from ...decode.options import DecodeOptions
 from ..documents import SPLITS
+from ..glossary import Glossary
 from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
 from .batcher import Batcher, Job, QueueFull
 from .files import FileStore
@@ -80,6 +81,7 @@ class Service:
     lanes: list[Batcher]
     metrics: Metrics
     split: str = "sentences"  # how /translate cuts a text: "sentences" (of each line) or "lines"
+    glossary: Glossary | None = None  # the server's terms, for every request
     files: FileStore = field(default_factory=FileStore)  # translated files to download
 
     @classmethod
@@ -93,9 +95,13 @@ class Service:
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         batching: bool = True,
         split: str = "sentences",
+        glossary: Glossary | None = None,
     ) -> Service:
         """The service for these models, its lanes not started (see `Batcher` for max_wait,
-        batch_tokens and batching; `split` for /translate: "sentences" or "lines")."""
+        batch_tokens and batching; `split` for /translate: "sentences" or "lines"; `glossary`:
+        terms every request's translations use, which needs beam search by default)."""
+        if glossary is not None and (options.beam < 2 or options.sampling):
+            raise ValueError("a glossary needs beam search with a beam of 2 or more: --beam 2+")
         if split not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
         served = {m.pair: m for m in models}
@@ -113,7 +119,7 @@ class Service:
             )
             for _ in range(2)
         ]
-        svc = cls(served, limits, options, api_key, lanes, metrics, split)
+        svc = cls(served, limits, options, api_key, lanes, metrics, split, glossary=glossary)
         metrics.queue_depth.set_function(lambda: svc.queue)
         return svc
 
@@ -195,9 +201,13 @@ class Service:
         texts: list[str],
         attention: bool = False,
         alignment: bool = False,
+        glossary: Glossary | None = None,
+        terms: bool = True,
     ) -> tuple[Job, int]:
         """The request's Job and the work it asks for (beam x output length limits, summed over
-        the sentences), checked against the limits before it starts: 400 / 413 over them."""
+        the sentences), checked against the limits before it starts: 400 / 413 over them. The
+        server's glossary, with the request's `glossary` terms added, gives the Job's terms
+        (terms=False: none, the plain search)."""
         limits = self.limits
         if o.beam > limits.max_beam:
             raise HTTPError(
@@ -222,7 +232,15 @@ class Service:
                 f"of each sentence); the limit is {limits.max_decode_tokens} "
                 "(--max-decode-tokens): send fewer sentences, a smaller beam or max_len_b",
             )
-        return Job(model.pair, texts, o, attention, alignment, ids), work
+        if self.glossary is not None:
+            glossary = self.glossary.merged(glossary or Glossary())
+        try:
+            constraints = model.translator.constraints(texts, o, glossary if terms else None)
+        except ValueError as e:
+            raise HTTPError(400, str(e)) from None
+        if constraints is not None and not any(constraints):
+            constraints = None  # no term occurs: the plain search
+        return Job(model.pair, texts, o, attention, alignment, ids, constraints), work
 
     # --- decoding ------------------------------------------------------------------------------
     async def translate(self, request: Request, job: Job, work: int) -> list[Translation]:

@@ -79,7 +79,7 @@ async def explain(request: Request, svc: Annotated[Service, Depends(service)]) -
     if len(ids) > MAX_SOURCE_TOKENS:
         message = f"the sentence has {len(ids)} tokens; /v1/explain takes {MAX_SOURCE_TOKENS}"
         raise HTTPError(413, message)
-    svc.check_options(model, o, [text])  # beam and decoded tokens within the limits
+    svc.check_options(model, o, [text], terms=False)  # beam and decoded tokens within the limits
     try:
         answer = await asyncio.wait_for(
             asyncio.to_thread(_explain, model.translator, text, o), svc.limits.timeout

@@ -1,12 +1,14 @@
 """qkv's own API: /v1/translate (scores, n-best, attention, alignment) and /v1/info.
 
     POST /v1/translate   {"text": "Hello" | [...], "beam": 5, "alpha": 0.6, "nbest": 3,
-                         "attention": true, "alignment": true} -> scores, n-best, attention
+                         "attention": true, "alignment": true, "glossary": {"dog": "Hund"}}
+                         -> scores, n-best, attention
     GET  /v1/info        the pairs, the decoding defaults and the limits (the page reads it)
 
 Each text is one sentence (`"split": "sentences"`: each text is cut into its sentences, and the
 answer has one translation per sentence); the decoding options a request leaves unset take the
-server's.
+server's. Glossary terms (the request's, added to the server's `--glossary`) are used where the
+source has them (`apps.glossary`): the translation contains the target term.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...documents import split_sentences
+from ...glossary import Glossary
 from ...translator import Translation
 from ..bodies import body_doc, read_fields, validate
 from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, service
@@ -42,6 +45,9 @@ class NativeRequest(BaseModel):
     alignment: bool = Field(False, description="return the hard word alignment")
     split: Literal["none", "sentences"] = Field(
         "none", description='"sentences": cut each text into its sentences, translated each'
+    )
+    glossary: dict[str, str] | None = Field(
+        None, description="source term -> target term: used where the source has the term"
     )
     api_key: str | None = None
 
@@ -96,7 +102,11 @@ async def native(request: Request, svc: Annotated[Service, Depends(service)]) ->
         o = svc.options.replace(nbest=req.nbest, **changes)
     except ValueError as e:
         raise HTTPError(400, str(e)) from None
-    job, work = svc.check_options(model, o, texts, req.attention, req.alignment)
+    try:
+        terms = None if req.glossary is None else Glossary.from_pairs(req.glossary.items())
+    except ValueError as e:
+        raise HTTPError(400, str(e)) from None
+    job, work = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
     results = await svc.translate(request, job, work)
     return JSONResponse(
         {
@@ -126,6 +136,7 @@ async def info(svc: Annotated[Service, Depends(service)]) -> dict[str, Any]:
             "timeout": limits.timeout,
         },
         "api_key_required": svc.api_key is not None,
+        "glossary_terms": 0 if svc.glossary is None else len(svc.glossary.terms),
     }
 
 
