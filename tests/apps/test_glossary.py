@@ -38,6 +38,8 @@ def test_terms_match_whole_words_in_any_case_longest_first() -> None:
     assert g.terms_in("crosswalk and across") == []  # not whole words
     assert g.terms_in("The Red Cross.") == [("red cross", "Rotes Kreuz")]  # inside the longer
     assert g.terms_in("一只猫在睡觉。") == [("猫", "cat")]  # no spaces in Chinese
+    tug = Glossary.from_pairs([("tug", "Tauziehen"), ("war", "Tauziehen")])
+    assert tug.targets_in("A tug of war.") == ["Tauziehen"]  # asked for once
 
 
 def test_a_bad_glossary_file_is_refused_naming_the_line(tmp_path: Path) -> None:

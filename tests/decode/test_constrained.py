@@ -107,3 +107,29 @@ def test_bad_constraints_are_refused() -> None:
         constrained_beam_search(model, src, [[[5]]])
     with pytest.raises(ValueError, match="non-empty list"):
         constrained_beam_search(model, src, [[[]], []])
+
+
+def test_a_constraint_that_starts_a_word_ends_one() -> None:
+    """Tokens 20..39 continue a word (`joins`): none follows constraint [10] (10 starts a word);
+    without `joins` the search does put one there, so the rule is what changes it."""
+    model = tiny_model(seed=3)
+    sources = random_sources(12, seed=9)
+    joins = torch.zeros(40, dtype=torch.bool)
+    joins[20:] = True
+    wanted = [[[10]]] * len(sources)
+
+    def after_term(hyps: list) -> list[int | None]:
+        out = []
+        for (h,) in hyps:
+            k = h.tokens.index(10)
+            out.append(h.tokens[k + 1] if k + 1 < len(h.tokens) else None)
+        return out
+
+    free = after_term(constrained_beam_search(model, batch(sources), wanted, beam=4))
+    assert any(t is not None and t >= 20 for t in free)
+    kept = constrained_beam_search(model, batch(sources), wanted, beam=4, joins=joins)
+    assert all(holds(h.tokens, [[10]]) for (h,) in kept)
+    assert not any(t is not None and t >= 20 for t in after_term(kept))
+    joining = [[[25]]] * len(sources)  # a constraint that joins the word before it: no rule
+    assert constrained_beam_search(model, batch(sources), joining, beam=4, joins=joins) == \
+        constrained_beam_search(model, batch(sources), joining, beam=4)

@@ -10,7 +10,8 @@ A source term occurs in a text where it stands as whole words, in any case ("Dog
 Longer terms are matched first and a shorter term inside a matched one does not count. Each term
 that occurs asks the translation to contain its target term, as the model's target tokenizer
 writes that term alone (`SubwordTokenizer.encode_tgt`): a constraint of lexically constrained
-beam search (`decode.constrained`). The file is UTF-8 (a byte order mark is dropped); blank lines
+beam search (`decode.constrained`), which also keeps a term a whole word (no piece may join its
+end, as "Reh" + "ter"). The file is UTF-8 (a byte order mark is dropped); blank lines
 and lines starting with '#' are skipped; a bad line is a ValueError naming the file and the line.
 """
 
@@ -21,6 +22,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 from ..data.tokenizer import SubwordTokenizer
 
@@ -91,6 +94,10 @@ class Glossary:
                     break
         return found
 
+    def targets_in(self, text: str) -> list[str]:
+        """The target terms `text` asks for, each once (two source terms may share one)."""
+        return list(dict.fromkeys(target for _, target in self.terms_in(text)))
+
     def constraints(self, texts: list[str], tokenizer: SubwordTokenizer) -> list[list[list[int]]]:
         """For each text, the target-token sequences its translation must contain: each target
         term's pieces, without a lone leading "▁" for a term of a script written without spaces
@@ -105,7 +112,14 @@ class Glossary:
                 raise ValueError(f"glossary: the model cannot write the target term {target!r}")
             if _UNSPACED.match(target) and len(seq) > 1 and pieces[seq[0]] == "\u2581":
                 ids[target] = seq[1:]
-        return [[ids[t] for _, t in self.terms_in(text)] for text in texts]
+        return [[ids[t] for t in self.targets_in(text)] for text in texts]
+
+
+def joining_pieces(tokenizer: SubwordTokenizer) -> torch.Tensor:
+    """(V,) bool: the target pieces that continue the word before them (no "▁" word-start mark,
+    a letter or digit first), which may not follow a term (`decode.constrained`'s `joins`)."""
+    pieces = tokenizer.tgt_vocabulary()
+    return torch.tensor([not p.startswith("\u2581") and p[:1].isalnum() for p in pieces])
 
 
 def _term(value: object, where: str) -> str:

@@ -50,7 +50,7 @@ from ..runtime.choice import choose_decoding_path
 from ..runtime.options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ..runtime.prepare import prepare_for_decoding
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
-from .glossary import Glossary
+from .glossary import Glossary, joining_pieces
 from .translation import Extras, Translation
 
 CHUNK_BATCHES = 16  # translate_stream decodes about this many batches' worth of lines at a time
@@ -91,6 +91,9 @@ class Translator:
         if self.max_src_tokens < 2:
             raise ValueError(f"max_src_tokens must be >= 2 (a token and eos), got {max_src_tokens}")
         self._workers: ForkedWorkers | None = None  # forked at the first call with workers > 1
+        self._joins: Tensor | None = (
+            None  # the target's `joining_pieces`, once a glossary needs them
+        )
         self.decoding_path = "decoding path: as given"  # `load` says what it chose and why
         self.languages: tuple[str, str] | None = None  # (source, target), where recorded
 
@@ -392,6 +395,9 @@ class Translator:
     ) -> list[list[Hypothesis]]:
         """The hypotheses of each row of src (B, S), best first: sampled, greedy or beam search,
         constrained where `constraints` say ([] for a row `abandoned` dropped)."""
+        if constraints is not None and self._joins is None:
+            self._joins = joining_pieces(self.tokenizer).to(self.device)
+        joins = None if constraints is None else self._joins
         return run(
             self.model,
             src,
@@ -400,6 +406,7 @@ class Translator:
             seed=seed,
             abandoned=abandoned,
             constraints=constraints,
+            joins=joins,
         )
 
     def constraints(

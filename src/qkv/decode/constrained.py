@@ -16,7 +16,9 @@ limit, where a hypothesis ends as it is. The candidates with eos among the `beam
 bank end (with one bank, beam search's rule); finished hypotheses that hold every constraint rank
 before those that do not. The search of a sentence stops as beam search's does
 (`decode.beam._Finished`); a sentence without constraints has one bank, and its search is
-`beam_search`'s, ids and scores.
+`beam_search`'s, ids and scores. Given `joins`, the tokens that continue the word before them
+(subword pieces without a word-start mark), a constraint that starts a word also ends one: no
+joining token may follow its last token (a glossary's "Reh" does not become "Rehter").
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ Constraints = list[list[int]]  # one sentence's: token sequences its output must
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a hypothesis is in its sentence's constraints: a bit per constraint it holds, and
-    (constraint, tokens matched) of the one it is in the middle of, if any."""
+    """Where a hypothesis is in its sentence's constraints: a bit per constraint it holds,
+    (constraint, tokens matched) of the one it is in the middle of, if any, and the constraint its
+    last token completed (-1: none)."""
 
     held: int = 0
     partial: tuple[int, int] | None = None
+    completed: int = -1
 
     def after(self, token: int, constraints: Constraints) -> Progress:
         """The progress after writing `token`: it goes on with the constraint it is in, or
@@ -55,7 +59,7 @@ class Progress:
 
     def _matched(self, c: int, matched: int, constraints: Constraints) -> Progress:
         if matched == len(constraints[c]):
-            return Progress(self.held | 1 << c)
+            return Progress(self.held | 1 << c, completed=c)
         return Progress(self.held, (c, matched))
 
     def advancing(self, constraints: Constraints) -> set[int]:
@@ -168,6 +172,20 @@ def _extra(
     return out
 
 
+def _end_words(
+    logp: Tensor, progress: list[Progress], todo: list[Constraints], joins: Tensor
+) -> None:
+    """Forbid the joining tokens (joins (V,) bool) after the last token of a constraint that
+    starts a word, in logp (Ba * n, V), in place."""
+    n = len(progress) // len(todo)
+    starts_word = [
+        p.completed >= 0 and not joins[todo[r // n][p.completed][0]] for r, p in enumerate(progress)
+    ]
+    if any(starts_word):
+        rows = torch.tensor(starts_word, device=logp.device)
+        logp.masked_fill_(rows[:, None] & joins.to(logp.device), float("-inf"))
+
+
 def _choose(
     logp: Tensor,
     scores: Tensor,
@@ -215,11 +233,13 @@ def constrained_beam_search(
     min_len: int = 0,
     use_cache: bool = True,
     abandoned: Abandoned | None = None,
+    joins: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search whose outputs contain each row's constraints (the module docstring). src (B, S),
     constraints: for each row, the token sequences (eos, pad and bos excluded) its output must
-    contain -> for each row, its `nbest` best finished hypotheses, those holding every constraint
-    first, then by score ([] for a row `abandoned` dropped)."""
+    contain; joins (V,) bool: the tokens that continue a word -> for each row, its `nbest` best
+    finished hypotheses, those holding every constraint first, then by score ([] for a row
+    `abandoned` dropped)."""
     if beam < 1 or not 1 <= nbest <= beam:
         raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
     _check(constraints, src.size(0))
@@ -247,6 +267,8 @@ def constrained_beam_search(
         logp = constrain(rows.log_probs(), step, row_limit, min_len, rows.cfg)
         incomplete = [not p.complete(todo[r // n]) for r, p in enumerate(progress)]
         logp[torch.tensor(incomplete, device=device) & (step < row_limit), eos] = float("-inf")
+        if joins is not None:
+            _end_words(logp, progress, todo, joins)
         (top, origin, ends), kept, progress = _choose(logp, scores, progress, todo, beam, eos)
         ended.add(rows, sentence, top, origin, ends)
         alive = ended.can_go_on(kept[0], step) & (step < limit[sentence])  # (Ba,)

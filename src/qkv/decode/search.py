@@ -203,13 +203,15 @@ def run(
     use_cache: bool = True,
     abandoned: Abandoned | None = None,
     constraints: list[Constraints] | None = None,
+    joins: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode src (B, S) as `options` say: sampled, greedy (beam 1) or beam search. For each row,
     its hypotheses, best first (`options.nbest` at most; [] for a row `abandoned` dropped).
 
     max_len: per-row caps (see `max_lengths`); the caller computes them from the options and the
     source lengths. seed: the sampling seed of this batch (default options.seed). constraints:
-    token sequences each row's output must contain (`decode.constrained`; beam search only).
+    token sequences each row's output must contain (`decode.constrained`; beam search only), and
+    joins, the tokens that continue a word, so that a constraint starting a word ends one.
     """
     o = options
     common = {"max_len": max_len, "min_len": o.min_len, "alpha": o.alpha, "use_cache": use_cache}
@@ -217,7 +219,14 @@ def run(
         if o.sampling:
             raise ValueError("constraints need beam search, not sampling")
         return constrained_beam_search(
-            model, src, constraints, o.beam, nbest=o.nbest, abandoned=abandoned, **common
+            model,
+            src,
+            constraints,
+            o.beam,
+            nbest=o.nbest,
+            abandoned=abandoned,
+            joins=joins,
+            **common,
         )
     if o.sampling:
         seed = o.seed if seed is None else seed

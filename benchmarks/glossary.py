@@ -1,0 +1,184 @@
+"""What a glossary does to a translation model: term use, BLEU with and without it, and its speed.
+
+    python benchmarks/glossary.py --model runs/quality/multi30k-en-de-small-avg \
+        --data-dir ../shared/data --out docs/results/glossary.json
+
+Multi30k en→de, test_2016_flickr. The glossary is extracted from the test set's reference side:
+for each source word, the target word it goes with most often in the training data (Dice
+coefficient over sentence pairs, at least --dice); a pair is a term when the source word is rare in
+training (in at most --rare training sentences, where a model errs most) and its target word occurs
+in the reference of a test sentence holding the source word. The model never sees the glossary.
+The test set is decoded twice with beam search (--beam, --alpha): without the glossary and with it
+(`qkv translate --glossary`: lexically constrained beam search). Reported: the share of term
+occurrences (a test sentence whose source holds a source term) whose target term appears in the
+output as a whole word, and cased sacreBLEU on the sentences with terms, on those without, and on
+all; then the time to decode the sentences with terms in batches of 32, with and without the
+glossary (same batches, one thread each run, median of --repeat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import statistics
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import sacrebleu
+import torch
+
+from qkv.apps.glossary import Glossary
+from qkv.apps.translator import Translator
+from qkv.decode.options import DecodeOptions
+
+WORD = re.compile(r"\w+")
+
+
+def read(data: Path, split: str, lang: str) -> list[str]:
+    with gzip.open(data / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def best_targets(src: list[str], tgt: list[str]) -> tuple[dict[str, tuple[str, float]], Counter]:
+    """For each source word (lower case), its target word of highest Dice coefficient over the
+    sentence pairs, with that coefficient; and each source word's count of sentences."""
+    df_s: Counter = Counter()
+    df_t: Counter = Counter()
+    co: defaultdict[str, Counter] = defaultdict(Counter)
+    for s, t in zip(src, tgt, strict=True):
+        ws, wt = set(WORD.findall(s.lower())), set(WORD.findall(t))
+        df_s.update(ws)
+        df_t.update(wt)
+        for w in ws:
+            co[w].update(wt)
+    best = {}
+    for w, partners in co.items():
+        if not partners:
+            continue
+        dice = {t: 2 * n / (df_s[w] + df_t[t]) for t, n in partners.items()}
+        t = max(dice, key=dice.get)
+        best[w] = (t, dice[t])
+    return best, df_s
+
+
+def extract(
+    train: tuple[list[str], list[str]], test: tuple[list[str], list[str]], dice: float, rare: int
+) -> Glossary:
+    """The glossary of the module docstring."""
+    best, df = best_targets(*train)
+    terms = {}
+    for s, ref in zip(*test, strict=True):
+        in_ref = set(WORD.findall(ref))
+        for w in set(WORD.findall(s.lower())):
+            t, d = best.get(w, ("", 0.0))
+            if w.isalpha() and len(w) > 2 and d >= dice and df[w] <= rare and t in in_ref:
+                terms[w] = t
+    return Glossary(terms)
+
+
+def used(term: str, text: str) -> bool:
+    return re.search(r"(?<!\w)" + re.escape(term) + r"(?!\w)", text) is not None
+
+
+def scores(outputs: list[str], refs: list[str], found: list[list[str]]) -> dict:
+    """Term use and BLEU on the sentences with terms, without, and all."""
+    occurrences = [(t, out) for out, terms in zip(outputs, found, strict=True) for t in terms]
+    with_terms = [i for i, terms in enumerate(found) if terms]
+    without = [i for i, terms in enumerate(found) if not terms]
+
+    def bleu(rows: list[int]) -> float:
+        return round(
+            sacrebleu.corpus_bleu([outputs[i] for i in rows], [[refs[i] for i in rows]]).score, 2
+        )
+
+    return {
+        "term_use": round(100 * sum(used(t, out) for t, out in occurrences) / len(occurrences), 2),
+        "bleu_with_terms": bleu(with_terms),
+        "bleu_without_terms": bleu(without),
+        "bleu_all": bleu(list(range(len(outputs)))),
+    }
+
+
+def timing(
+    translator: Translator,
+    texts: list[str],
+    options: DecodeOptions,
+    glossary: Glossary | None,
+    repeat: int,
+) -> float:
+    """Median seconds to decode `texts` in batches of 32 (sorted by length)."""
+    ids = translator.encode(texts)
+    order = sorted(range(len(texts)), key=lambda i: -len(ids[i]))
+    cons = translator.constraints(texts, options, glossary)
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for k in range(0, len(order), 32):
+            batch = order[k : k + 32]
+            translator.translate_batch(
+                [ids[i] for i in batch],
+                options,
+                constraints=None if cons is None else [cons[i] for i in batch],
+            )
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--data-dir", default="../shared/data")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--dice", type=float, default=0.3)
+    p.add_argument("--rare", type=int, default=100)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--out", help="write the results as JSON here")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    data = Path(args.data_dir)
+    train = read(data, "train", "en"), read(data, "train", "de")
+    src, refs = read(data, "test_2016_flickr", "en"), read(data, "test_2016_flickr", "de")
+    glossary = extract(train, (src, refs), args.dice, args.rare)
+    found = [glossary.targets_in(s) for s in src]
+    translator = Translator.load(args.model)
+    options = DecodeOptions(beam=args.beam, alpha=args.alpha)
+    plain = translator.translate(src, options)
+    forced = translator.translate(src, options, glossary=glossary)
+    with_terms = [s for s, f in zip(src, found, strict=True) if f]
+    t_plain = timing(translator, with_terms, options, None, args.repeat)
+    t_forced = timing(translator, with_terms, options, glossary, args.repeat)
+    result = {
+        "model": args.model,
+        "beam": args.beam,
+        "alpha": args.alpha,
+        "dice": args.dice,
+        "rare": args.rare,
+        "terms": len(glossary.terms),
+        "sentences_with_terms": len(with_terms),
+        "term_occurrences": sum(map(len, found)),
+        "without_glossary": scores(plain, refs, found),
+        "with_glossary": scores(forced, refs, found),
+        "seconds_batch32": {
+            "without": round(t_plain, 2),
+            "with": round(t_forced, 2),
+            "ratio": round(t_forced / t_plain, 2),
+        },
+        "decoding_path": translator.decoding_path,
+        "examples": [
+            {"source": s, "terms": f, "without": a, "with": b, "reference": r}
+            for s, f, a, b, r in zip(src, found, plain, forced, refs, strict=True)
+            if f and a != b
+        ][:8],
+    }
+    print(json.dumps(result, ensure_ascii=False, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
