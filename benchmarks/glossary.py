@@ -89,7 +89,9 @@ def scores(outputs: list[str], refs: list[str], found: list[list[str]]) -> dict:
     with_terms = [i for i, terms in enumerate(found) if terms]
     without = [i for i, terms in enumerate(found) if not terms]
 
-    def bleu(rows: list[int]) -> float:
+    def bleu(rows: list[int]) -> float | None:
+        if not rows:
+            return None
         return round(
             sacrebleu.corpus_bleu([outputs[i] for i in rows], [[refs[i] for i in rows]]).score, 2
         )
