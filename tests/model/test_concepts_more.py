@@ -1,7 +1,7 @@
 """Concepts the tutorials raise that need no training to settle, each measured with qkv's modules:
 why naive integer or normalised positions fail, why the sinusoids' relativity does not survive the
-projections W_Q and W_K (the cross terms), and what InstanceNorm normalises beside BatchNorm,
-LayerNorm and RMSNorm."""
+projections W_Q and W_K (the cross terms), what InstanceNorm normalises beside BatchNorm,
+LayerNorm and RMSNorm, and the paper's Table 1 (path lengths and sequential operations)"""
 
 from __future__ import annotations
 
@@ -69,3 +69,59 @@ def test_instance_norm_normalises_each_feature_over_the_positions_of_one_sentenc
     layer_again = nn.LayerNorm(8, elementwise_affine=False, dtype=torch.float64)(later)
     assert torch.allclose(layer_again[:, 0], layer[:, 0])  # it does not under LayerNorm
     assert math.isfinite(float(instance.std()))
+
+
+def _first_layer_count_reaching(make_layer, n: int, d: int, most: int) -> int:
+    """The fewest stacked layers (made by `make_layer`) through which the last output position
+    depends on the first input position: the maximum path length, measured with autograd."""
+    torch.manual_seed(0)
+    layers = [make_layer() for _ in range(most)]
+    for depth in range(1, most + 1):
+        x = torch.randn(1, n, d, requires_grad=True)
+        y = x
+        for layer in layers[:depth]:
+            y = layer(y)
+        probe = torch.randn(d)  # a random read-out: a norm's output sums to a constant
+        (grad,) = torch.autograd.grad(y[0, -1] @ probe, x)
+        if grad[0, 0].abs().sum() > 0:
+            return depth
+    return most + 1
+
+
+def test_table_1_path_lengths_and_sequential_operations_measured() -> None:
+    """The paper's Table 1, measured on n = 16 positions. Maximum path length (layers from input 1
+    to output n): self-attention 1 (O(1)); a causal convolution of kernel 3 needs (n - 1) / (k - 1)
+    = 8 layers (O(n/k)); a recurrent layer reaches every position in one layer but through n - 1
+    steps. Sequential operations: a self-attention layer is one call for all n positions (O(1));
+    a GRU makes n cell calls, one after the other (O(n))."""
+    from qkv import TransformerConfig
+    from qkv.model.layers import EncoderLayer
+
+    n, d = 16, 8
+    cfg = TransformerConfig(d_model=d, n_heads=2, d_ff=16, dropout=0.0, attention_dropout=0.0)
+
+    def attention_layer() -> nn.Module:
+        layer = EncoderLayer(cfg)
+        return lambda x: layer(x, None)
+
+    class Conv(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(d, d, 3)  # causal: position t reads t - 2, t - 1, t
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            padded = nn.functional.pad(x.transpose(1, 2), (2, 0))
+            return torch.tanh(self.conv(padded)).transpose(1, 2)
+
+    assert _first_layer_count_reaching(attention_layer, n, d, most=3) == 1
+    assert _first_layer_count_reaching(Conv, n, d, most=12) == math.ceil((n - 1) / 2)
+    cell, calls = nn.GRUCell(d, d), []
+    cell.register_forward_hook(lambda *_: calls.append(1))
+    h, x = torch.zeros(1, d), torch.randn(1, n, d)
+    for t in range(n):  # each step needs the state of the one before
+        h = cell(x[:, t], h)
+    assert len(calls) == n
+    layer, calls = EncoderLayer(cfg), []
+    layer.self_attn.register_forward_hook(lambda *_: calls.append(1))
+    layer(x, None)
+    assert len(calls) == 1  # every position in one call
