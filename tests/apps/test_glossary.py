@@ -81,6 +81,9 @@ def test_each_translation_holds_the_target_terms_of_its_source(translator: Trans
     assert all(holds(t.tokens, c) for t, c in zip(got, constraints, strict=True))
     one_by_one = translator.translate_detailed(texts, options, glossary=g, batch_tokens=8)
     assert [(t.text, t.tokens) for t in one_by_one] == [(t.text, t.tokens) for t in got]
+    in_workers = translator.translate(texts, options, glossary=g, batch_tokens=40, workers=2)
+    translator.close()
+    assert in_workers == [t.text for t in got]  # forked processes where the system forks
 
 
 def test_a_glossary_needs_beam_search(translator: Translator) -> None:
