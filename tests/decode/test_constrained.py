@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from qkv.decode import beam_search
-from qkv.decode.constrained import Progress, constrained_beam_search, holds
+from qkv.decode.constrained import Progress, constrained_beam_search, holds, search_width
 from qkv.decode.rows import length_penalty
 from tiny_models import batch, random_sources, tiny_model
 
@@ -33,6 +33,9 @@ def test_progress_follows_the_constraints_token_by_token() -> None:
     done = p.after(9, constraints).after(5, constraints)
     assert done.complete(constraints) and done.met(constraints) == 4
     assert holds([1, 7, 8, 9, 5], constraints) and not holds([7, 8, 5, 9], constraints)
+    # 4 constraint tokens: 5 banks of at least 2 hypotheses each; none: the beam
+    assert search_width(5, constraints) == 10 and search_width(12, constraints) == 12
+    assert search_width(5, []) == 5
 
 
 def test_without_constraints_it_is_beam_search() -> None:

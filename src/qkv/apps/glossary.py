@@ -17,6 +17,7 @@ and lines starting with '#' are skipped; a bad line is a ValueError naming the f
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -81,11 +82,16 @@ class Glossary:
         """This glossary with `other`'s terms added (other's target wins for a shared term)."""
         return Glossary({**self.terms, **other.terms})
 
+    @functools.cached_property
+    def _patterns(self) -> list[tuple[str, re.Pattern[str]]]:
+        """Each source term and its pattern, longest term first (compiled once)."""
+        return [(t, _pattern(t)) for t in sorted(self.terms, key=len, reverse=True)]
+
     def terms_in(self, text: str) -> list[tuple[str, str]]:
         """The (source term, target term) pairs that occur in `text`, longest term first."""
         found, taken = [], [False] * len(text)
-        for source in sorted(self.terms, key=len, reverse=True):
-            for match in _pattern(source).finditer(text):
+        for source, pattern in self._patterns:
+            for match in pattern.finditer(text):
                 span = range(match.start(), match.end())
                 if not any(taken[i] for i in span):
                     found.append((source, self.terms[source]))

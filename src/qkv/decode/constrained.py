@@ -4,19 +4,21 @@ target terms), by dynamic beam allocation (Post & Vilar, 2018), batched.
     hyps = constrained_beam_search(model, src, [[[12, 7]], []], beam=5)   # row 0 must hold 12 7
 
 Each hypothesis carries how far it has come through its sentence's constraints (`Progress`): which
-constraints it holds, and how many tokens of one it is in the middle of. At each step the
-candidates of a sentence are the 2 * beam best extensions (as in `decode.beam`), plus, for every
-alive hypothesis, its best next token and each token that advances a constraint (the next token of
-the one it is in, or the first token of one it does not hold yet; eos, once it holds them all).
-A candidate's bank is the number of constraint tokens it has met. The beam is filled round-robin
-over the banks, fullest bank first: the best candidate of each bank, then the second best of each,
-and so on; so hypotheses that place the terms compete with their own kind, not with unconstrained
-ones whose scores are higher. eos is forbidden until every constraint is met, except at the length
-limit, where a hypothesis ends as it is. The candidates with eos among the `beam` best of their
-bank end (with one bank, beam search's rule); finished hypotheses that hold every constraint rank
-before those that do not. The search of a sentence stops as beam search's does
-(`decode.beam._Finished`); a sentence without constraints has one bank, and its search is
-`beam_search`'s, ids and scores. Given `joins`, the tokens that continue the word before them
+constraints it holds, and how many tokens of one it is in the middle of. A candidate's bank is the
+number of constraint tokens it has met. A sentence with C constraint tokens keeps a width of
+max(beam, 2 (C + 1)) hypotheses (`search_width`): at least two per bank. At each step its
+candidates are the 2 × width best extensions (as in `decode.beam`), plus, for every alive
+hypothesis, its best next token and each token that advances a constraint (the next token of the
+one it is in, or the first token of one it does not hold yet; eos, once it holds them all). The
+width is filled round-robin over the banks, fullest bank first: the best candidate of each bank,
+then the second best of each, and so on; so hypotheses that place the terms compete with their own
+kind, not with unconstrained ones whose scores are higher. eos is forbidden until every constraint
+is met, except at the length limit, where a hypothesis ends as it is. The candidates with eos among
+the width best of their bank end (with one bank, beam search's rule); finished hypotheses that hold
+every constraint rank before those that do not. The search of a sentence stops as beam search's
+does, after `beam` finished hypotheses (`decode.beam._Finished`); a sentence without constraints
+has one bank and the beam's width, and its search is `beam_search`'s, ids and scores. Given
+`joins`, the tokens that continue the word before them
 (subword pieces without a word-start mark), a constraint that starts a word also ends one: no
 joining token may follow its last token (a glossary's "Reh" does not become "Rehter").
 """
@@ -33,6 +35,7 @@ from .interface import Decodable
 from .rows import Abandoned, Hypothesis, Rows, constrain, kept_rows
 
 Constraints = list[list[int]]  # one sentence's: token sequences its output must contain
+MIN_PER_BANK = 2  # the fewest hypotheses a bank may hold (`search_width`)
 
 
 @dataclass(frozen=True)
@@ -186,31 +189,41 @@ def _end_words(
         logp.masked_fill_(rows[:, None] & joins.to(logp.device), float("-inf"))
 
 
+def search_width(beam: int, constraints: Constraints) -> int:
+    """The hypotheses a sentence keeps: the beam, and at least MIN_PER_BANK per bank (with a few
+    slots for many banks, each bank holds one hypothesis and the best ways to place the terms are
+    pruned by whichever reached a bank first)."""
+    banks = 1 + sum(len(s) for s in constraints)
+    return max(beam, MIN_PER_BANK * banks) if constraints else beam
+
+
 def _choose(
     logp: Tensor,
     scores: Tensor,
     progress: list[Progress],
     todo: list[Constraints],
-    beam: int,
+    widths: list[int],
     eos: int,
 ) -> tuple[tuple[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor], list[Progress]]:
-    """One step for every alive sentence (Ba, n hypotheses each; logp (Ba * n, V)): the candidates
-    that end as (summed log-probs, rows extended, a mask of the real ones), each (Ba, E); those that
-    go on as (summed log-probs, rows extended, tokens), each (Ba, beam), and their progress. A
-    sentence with fewer candidates than the beam fills it with -inf copies of its first."""
-    n = scores.size(1)
-    top, parent, tokens = _best_extensions(scores, logp, 2 * beam)  # (Ba, C), best first
+    """One step for every alive sentence (Ba, n hypotheses each; logp (Ba * n, V)), each keeping
+    its width of hypotheses (`search_width`): the candidates that end as (summed log-probs, rows
+    extended, a mask of the real ones), each (Ba, E); those that go on as (summed log-probs, rows
+    extended, tokens), each (Ba, W) with W the widest, and their progress. A sentence with fewer
+    candidates than W fills its slots with -inf copies of its first."""
+    n, slots = scores.size(1), max(widths)
+    top, parent, tokens = _best_extensions(scores, logp, 2 * slots)  # (Ba, C), best first
     extra = _extra(logp, scores.tolist(), progress, todo, eos)
     ending, going = [], []
     for b, (t, p, k) in enumerate(zip(top.tolist(), parent.tolist(), tokens.tolist(), strict=True)):
-        base = list(zip(t, p, k, strict=True))
+        width = widths[b]
+        base = list(zip(t, p, k, strict=True))[: 2 * width]
         mine = progress[b * n : (b + 1) * n]
-        ends, on = _banked(_candidates(base, extra[b], mine, todo[b], eos), todo[b], beam, eos)
-        on += [(float("-inf"), *on[0][1:])] * (beam - len(on))
+        ends, on = _banked(_candidates(base, extra[b], mine, todo[b], eos), todo[b], width, eos)
+        on += [(float("-inf"), *on[0][1:])] * (slots - len(on))
         ending.append([(s, b * n + j, True) for s, j, _, _ in ends])
         going.append([(s, b * n + j, k, q) for s, j, k, q in on])
-    width = max(len(row) for row in ending)
-    ending = [row + [(float("-inf"), 0, False)] * (width - len(row)) for row in ending]
+    most = max(len(row) for row in ending)
+    ending = [row + [(float("-inf"), 0, False)] * (most - len(row)) for row in ending]
     device = scores.device
 
     def column(table: list, c: int, dtype: torch.dtype) -> Tensor:
@@ -251,6 +264,8 @@ def constrained_beam_search(
     scores = torch.zeros(src.size(0), 1, device=device)  # (Ba, n) summed log-probs
     progress = [Progress()] * src.size(0)  # (Ba * n,)
     ended = _Finished(src.size(0), beam, alpha, device)
+    widths = [search_width(beam, c) for c in constraints]  # (B,)
+    widest = max(widths)
     for step in range(int(limit.max()) + 1):
         n = scores.size(1)
         keep = kept_rows(abandoned, sentence)
@@ -269,7 +284,10 @@ def constrained_beam_search(
         logp[torch.tensor(incomplete, device=device) & (step < row_limit), eos] = float("-inf")
         if joins is not None:
             _end_words(logp, progress, todo, joins)
-        (top, origin, ends), kept, progress = _choose(logp, scores, progress, todo, beam, eos)
+        alive_widths = [widths[i] for i in sentence.tolist()]
+        (top, origin, ends), kept, progress = _choose(
+            logp, scores, progress, todo, alive_widths, eos
+        )
         ended.add(rows, sentence, top, origin, ends)
         alive = ended.can_go_on(kept[0], step) & (step < limit[sentence])  # (Ba,)
         scores, origin, tokens = kept
@@ -279,7 +297,7 @@ def constrained_beam_search(
             if keep.numel() == 0:
                 break
             ended.keep(keep)
-            progress = [progress[b * beam + j] for b in keep.tolist() for j in range(beam)]
+            progress = [progress[b * widest + j] for b in keep.tolist() for j in range(widest)]
             sentence, scores, origin, tokens = (t[keep] for t in (sentence, scores, origin, tokens))
         rows.reorder(origin.view(-1), keep)
         rows.append(tokens.view(-1))
@@ -289,4 +307,4 @@ def constrained_beam_search(
     ]
 
 
-__all__ = ["Constraints", "Progress", "constrained_beam_search", "holds"]
+__all__ = ["Constraints", "Progress", "constrained_beam_search", "holds", "search_width"]
