@@ -136,3 +136,15 @@ def test_a_constraint_that_starts_a_word_ends_one() -> None:
     joining = [[[25]]] * len(sources)  # a constraint that joins the word before it: no rule
     assert constrained_beam_search(model, batch(sources), joining, beam=4, joins=joins) == \
         constrained_beam_search(model, batch(sources), joining, beam=4)
+
+
+def test_the_widest_sentence_leaving_first_narrows_the_batch() -> None:
+    """Row 0 (4 constraint tokens: width 10) reaches its limit first; row 1 (none: the beam, 4)
+    goes on in a narrower batch and ends as beam search alone ends it."""
+    model = tiny_model(seed=2)
+    sources = random_sources(2, seed=11)
+    got = constrained_beam_search(model, batch(sources), [[[10, 11, 12, 13]], []], beam=4,
+                                  max_len=torch.tensor([5, 30]))
+    alone = beam_search(model, batch(sources[1:]), beam=4, max_len=30)[0]
+    assert holds(got[0][0].tokens, [[10, 11, 12, 13]])
+    assert got[1][0].tokens == alone[0].tokens

@@ -265,7 +265,6 @@ def constrained_beam_search(
     progress = [Progress()] * src.size(0)  # (Ba * n,)
     ended = _Finished(src.size(0), beam, alpha, device)
     widths = [search_width(beam, c) for c in constraints]  # (B,)
-    widest = max(widths)
     for step in range(int(limit.max()) + 1):
         n = scores.size(1)
         keep = kept_rows(abandoned, sentence)
@@ -297,7 +296,8 @@ def constrained_beam_search(
             if keep.numel() == 0:
                 break
             ended.keep(keep)
-            progress = [progress[b * widest + j] for b in keep.tolist() for j in range(widest)]
+            w = scores.size(1)  # the widest alive sentence's width
+            progress = [progress[b * w + j] for b in keep.tolist() for j in range(w)]
             sentence, scores, origin, tokens = (t[keep] for t in (sentence, scores, origin, tokens))
         rows.reorder(origin.view(-1), keep)
         rows.append(tokens.view(-1))
