@@ -139,12 +139,13 @@ def test_a_constraint_that_starts_a_word_ends_one() -> None:
 
 
 def test_the_widest_sentence_leaving_first_narrows_the_batch() -> None:
-    """Row 0 (4 constraint tokens: width 10) reaches its limit first; row 1 (none: the beam, 4)
-    goes on in a narrower batch and ends as beam search alone ends it."""
+    """Row 0 (4 constraint tokens: width 10) reaches its limit first; rows 1 and 2 (none: the
+    beam, 4) go on in a narrower batch, end at different steps, and end as beam search ends them."""
     model = tiny_model(seed=2)
-    sources = random_sources(2, seed=11)
-    got = constrained_beam_search(model, batch(sources), [[[10, 11, 12, 13]], []], beam=4,
-                                  max_len=torch.tensor([5, 30]))
-    alone = beam_search(model, batch(sources[1:]), beam=4, max_len=30)[0]
+    sources = random_sources(3, seed=11)
+    got = constrained_beam_search(model, batch(sources), [[[10, 11, 12, 13]], [], []], beam=4,
+                                  max_len=torch.tensor([5, 8, 30]))
     assert holds(got[0][0].tokens, [[10, 11, 12, 13]])
-    assert got[1][0].tokens == alone[0].tokens
+    for row, limit in ((1, 8), (2, 30)):
+        alone = beam_search(model, batch(sources[row : row + 1]), beam=4, max_len=limit)[0]
+        assert got[row][0].tokens == alone[0].tokens
