@@ -149,3 +149,17 @@ def test_the_widest_sentence_leaving_first_narrows_the_batch() -> None:
     for row, limit in ((1, 8), (2, 30)):
         alone = beam_search(model, batch(sources[row : row + 1]), beam=4, max_len=limit)[0]
         assert got[row][0].tokens == alone[0].tokens
+
+
+def test_a_translation_that_holds_its_terms_is_kept() -> None:
+    """search_with_constraints: beam search first; only a row whose best lacks a term is searched
+    again with its constraints."""
+    from qkv.decode.constrained import search_with_constraints
+
+    model = tiny_model(seed=2)
+    src = batch(random_sources(2, seed=4))
+    plain = beam_search(model, src, beam=4)
+    own = plain[0][0].tokens[1:3]  # already in row 0's translation
+    got = search_with_constraints(model, src, [[own], [[10, 11]]], 4)
+    assert got[0][0].tokens == plain[0][0].tokens and got[0][0].score == plain[0][0].score
+    assert holds(got[1][0].tokens, [[10, 11]]) and not holds(plain[1][0].tokens, [[10, 11]])

@@ -2,6 +2,11 @@
 target terms), by dynamic beam allocation (Post & Vilar, 2018), batched.
 
     hyps = constrained_beam_search(model, src, [[[12, 7]], []], beam=5)   # row 0 must hold 12 7
+    hyps = search_with_constraints(model, src, [[[12, 7]], []], 5)   # the same where needed
+
+`search_with_constraints` (what `search.run` and a glossary use) runs beam search first and the
+constrained search only for the rows whose best translation lacks a term: a translation that
+already holds its terms is kept as it is.
 
 Each hypothesis carries how far it has come through its sentence's constraints (`Progress`): which
 constraints it holds, and how many tokens of one it is in the middle of. A candidate's bank is the
@@ -30,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .beam import _best_extensions, _Finished
+from .beam import _best_extensions, _Finished, beam_search
 from .interface import Decodable
 from .rows import Abandoned, Hypothesis, Rows, constrain, kept_rows
 
@@ -81,12 +86,17 @@ class Progress:
         return self.held == (1 << len(constraints)) - 1
 
 
-def holds(tokens: list[int], constraints: Constraints) -> bool:
-    """Whether `tokens` contains every constraint as a contiguous run."""
-    return all(
-        any(tokens[i : i + len(s)] == s for i in range(len(tokens) - len(s) + 1))
-        for s in constraints
-    )
+def holds(tokens: list[int], constraints: Constraints, joins: list[bool] | None = None) -> bool:
+    """Whether `tokens` contains every constraint as a contiguous run (given `joins`, one that
+    starts a word also ends one: no joining token after it)."""
+
+    def at(s: list[int], i: int) -> bool:
+        if tokens[i : i + len(s)] != s:
+            return False
+        end = i + len(s)
+        return joins is None or joins[s[0]] or end == len(tokens) or not joins[tokens[end]]
+
+    return all(any(at(s, i) for i in range(len(tokens) - len(s) + 1)) for s in constraints)
 
 
 def _check(constraints: list[Constraints], batch: int) -> None:
@@ -307,4 +317,50 @@ def constrained_beam_search(
     ]
 
 
-__all__ = ["Constraints", "Progress", "constrained_beam_search", "holds", "search_width"]
+def search_with_constraints(
+    model: Decodable,
+    src: Tensor,
+    constraints: list[Constraints],
+    beam: int,
+    max_len: int | Tensor | None = None,
+    joins: Tensor | None = None,
+    abandoned: Abandoned | None = None,
+    **search: object,
+) -> list[list[Hypothesis]]:
+    """Beam search, then `constrained_beam_search` for the rows whose best hypothesis lacks one
+    of its constraints: a sentence whose translation already holds its terms keeps it, ids and
+    scores. `search`: alpha, nbest, min_len, use_cache."""
+    hyps = beam_search(model, src, beam, max_len=max_len, abandoned=abandoned, **search)
+    flags = None if joins is None else joins.tolist()
+    redo = [
+        i
+        for i, (h, c) in enumerate(zip(hyps, constraints, strict=True))
+        if c and h and not holds(h[0].tokens, c, flags)
+    ]
+    if redo:
+        index = torch.tensor(redo, device=src.device)
+        limit = max_len[index] if isinstance(max_len, Tensor) else max_len
+        dropped = None if abandoned is None else (lambda r: abandoned(redo[r]))
+        again = constrained_beam_search(
+            model,
+            src[index],
+            [constraints[i] for i in redo],
+            beam,
+            max_len=limit,
+            abandoned=dropped,
+            joins=joins,
+            **search,
+        )
+        for i, h in zip(redo, again, strict=True):
+            hyps[i] = h
+    return hyps
+
+
+__all__ = [
+    "Constraints",
+    "Progress",
+    "constrained_beam_search",
+    "holds",
+    "search_width",
+    "search_with_constraints",
+]

@@ -55,7 +55,7 @@ from ..data.batching import pad_sequences
 from ..model import AttentionWeights, Transformer
 from ..model.masks import padding_mask
 from .beam import BeamStep, beam_search
-from .constrained import Constraints, constrained_beam_search
+from .constrained import Constraints, search_with_constraints
 from .interface import Decodable
 from .options import DEFAULT_MAX_LEN_B, DecodeOptions
 from .rows import (
@@ -210,7 +210,8 @@ def run(
 
     max_len: per-row caps (see `max_lengths`); the caller computes them from the options and the
     source lengths. seed: the sampling seed of this batch (default options.seed). constraints:
-    token sequences each row's output must contain (`decode.constrained`; beam search only), and
+    token sequences each row's output must contain (`decode.constrained.search_with_constraints`:
+    beam search, constrained where the best hypothesis lacks a term), and
     joins, the tokens that continue a word, so that a constraint starting a word ends one.
     """
     o = options
@@ -218,7 +219,7 @@ def run(
     if constraints is not None and any(constraints):
         if o.sampling:
             raise ValueError("constraints need beam search, not sampling")
-        return constrained_beam_search(
+        return search_with_constraints(
             model,
             src,
             constraints,
