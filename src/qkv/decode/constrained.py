@@ -99,7 +99,9 @@ def holds(tokens: list[int], constraints: Constraints, joins: list[bool] | None 
     return all(any(at(s, i) for i in range(len(tokens) - len(s) + 1)) for s in constraints)
 
 
-def _check(constraints: list[Constraints], batch: int) -> None:
+def _check(constraints: list[Constraints], batch: int, beam: int, nbest: int) -> None:
+    if beam < 1 or not 1 <= nbest <= beam:
+        raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
     if len(constraints) != batch:
         raise ValueError(f"constraints for {len(constraints)} rows, but the batch has {batch}")
     for row in constraints:
@@ -185,6 +187,30 @@ def _extra(
     return out
 
 
+def _keep_sentences(rows: Rows, keep: Tensor, n: int, progress: list[Progress]) -> list[Progress]:
+    """Keep only the sentences `keep` (Ba',) of the rows (n hypotheses each): their progress."""
+    slots = (keep[:, None] * n + torch.arange(n, device=keep.device)).view(-1)
+    rows.reorder(slots, keep)
+    return [progress[r] for r in slots.tolist()]
+
+
+def _constrain_terms(
+    logp: Tensor,
+    progress: list[Progress],
+    todo: list[Constraints],
+    before_limit: Tensor,
+    eos: int,
+    joins: Tensor | None,
+) -> None:
+    """In logp (Ba * n, V), in place: no eos for a hypothesis missing a constraint before its
+    length limit (before_limit (Ba * n,) bool), and (given joins) no joining token after a term."""
+    n = len(progress) // len(todo)
+    incomplete = [not p.complete(todo[r // n]) for r, p in enumerate(progress)]
+    logp[torch.tensor(incomplete, device=logp.device) & before_limit, eos] = float("-inf")
+    if joins is not None:
+        _end_words(logp, progress, todo, joins)
+
+
 def _end_words(
     logp: Tensor, progress: list[Progress], todo: list[Constraints], joins: Tensor
 ) -> None:
@@ -258,14 +284,9 @@ def constrained_beam_search(
     abandoned: Abandoned | None = None,
     joins: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search whose outputs contain each row's constraints (the module docstring). src (B, S),
-    constraints: for each row, the token sequences (eos, pad and bos excluded) its output must
-    contain; joins (V,) bool: the tokens that continue a word -> for each row, its `nbest` best
-    finished hypotheses, those holding every constraint first, then by score ([] for a row
-    `abandoned` dropped)."""
-    if beam < 1 or not 1 <= nbest <= beam:
-        raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
-    _check(constraints, src.size(0))
+    """Beam search whose outputs hold each row's constraints (the module docstring; joins: see
+    `_end_words`): src (B, S) -> each row's `nbest` best, those holding all first ([]: dropped)."""
+    _check(constraints, src.size(0), beam, nbest)
     if src.size(0) == 0:
         return []
     rows = Rows(model, src, use_cache, max_len)
@@ -282,21 +303,16 @@ def constrained_beam_search(
             ended.drop(sentence, keep)
             if keep.numel() == 0:
                 break
-            slots = (keep[:, None] * n + torch.arange(n, device=device)).view(-1)
-            rows.reorder(slots, keep)
-            progress = [progress[r] for r in slots.tolist()]
+            progress = _keep_sentences(rows, keep, n, progress)
             sentence, scores = sentence[keep], scores[keep]
-        todo = [constraints[i] for i in sentence.tolist()]
+        todo, now = (
+            [constraints[i] for i in sentence.tolist()],
+            [widths[i] for i in sentence.tolist()],
+        )
         row_limit = limit[sentence].repeat_interleave(n)  # (Ba * n,)
         logp = constrain(rows.log_probs(), step, row_limit, min_len, rows.cfg)
-        incomplete = [not p.complete(todo[r // n]) for r, p in enumerate(progress)]
-        logp[torch.tensor(incomplete, device=device) & (step < row_limit), eos] = float("-inf")
-        if joins is not None:
-            _end_words(logp, progress, todo, joins)
-        alive_widths = [widths[i] for i in sentence.tolist()]
-        (top, origin, ends), kept, progress = _choose(
-            logp, scores, progress, todo, alive_widths, eos
-        )
+        _constrain_terms(logp, progress, todo, step < row_limit, eos, joins)
+        (top, origin, ends), kept, progress = _choose(logp, scores, progress, todo, now, eos)
         ended.add(rows, sentence, top, origin, ends)
         alive = ended.can_go_on(kept[0], step) & (step < limit[sentence])  # (Ba,)
         scores, origin, tokens = kept
