@@ -108,7 +108,8 @@ class Glossary:
         """For each text, the target-token sequences its translation must contain: each target
         term's pieces, without a lone leading "▁" for a term of a script written without spaces
         (inside a Chinese sentence a word has no space before it)."""
-        targets = sorted({t for text in texts for _, t in self.terms_in(text)})
+        found = [self.targets_in(text) for text in texts]
+        targets = sorted({t for row in found for t in row})
         if not targets:
             return [[] for _ in texts]
         ids = dict(zip(targets, tokenizer.encode_tgt(targets), strict=True))
@@ -118,7 +119,7 @@ class Glossary:
                 raise ValueError(f"glossary: the model cannot write the target term {target!r}")
             if _UNSPACED.match(target) and len(seq) > 1 and pieces[seq[0]] == "\u2581":
                 ids[target] = seq[1:]
-        return [[ids[t] for t in self.targets_in(text)] for text in texts]
+        return [[ids[t] for t in row] for row in found]
 
 
 def joining_pieces(tokenizer: SubwordTokenizer) -> torch.Tensor:

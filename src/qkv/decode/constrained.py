@@ -107,8 +107,6 @@ def _check(constraints: list[Constraints], batch: int, beam: int, nbest: int) ->
     for row in constraints:
         if any(not s or not all(isinstance(t, int) for t in s) for s in row):
             raise ValueError("each constraint is a non-empty list of token ids")
-        if len(row) > 62:
-            raise ValueError(f"at most 62 constraints per sentence, got {len(row)}")
 
 
 # a candidate: (summed log-prob, slot of the hypothesis it extends, token, its progress)
@@ -200,7 +198,7 @@ def _constrain_terms(
     todo: list[Constraints],
     before_limit: Tensor,
     eos: int,
-    joins: Tensor | None,
+    joins: tuple[Tensor, list[bool]] | None,
 ) -> None:
     """In logp (Ba * n, V), in place: no eos for a hypothesis missing a constraint before its
     length limit (before_limit (Ba * n,) bool), and (given joins) no joining token after a term."""
@@ -208,21 +206,25 @@ def _constrain_terms(
     incomplete = [not p.complete(todo[r // n]) for r, p in enumerate(progress)]
     logp[torch.tensor(incomplete, device=logp.device) & before_limit, eos] = float("-inf")
     if joins is not None:
-        _end_words(logp, progress, todo, joins)
+        _end_words(logp, progress, todo, *joins)
 
 
 def _end_words(
-    logp: Tensor, progress: list[Progress], todo: list[Constraints], joins: Tensor
+    logp: Tensor,
+    progress: list[Progress],
+    todo: list[Constraints],
+    joins: Tensor,
+    flags: list[bool],
 ) -> None:
-    """Forbid the joining tokens (joins (V,) bool) after the last token of a constraint that
-    starts a word, in logp (Ba * n, V), in place."""
+    """Forbid the joining tokens (joins (V,) bool on logp's device; flags: the same as a list)
+    after the last token of a constraint that starts a word, in logp (Ba * n, V), in place."""
     n = len(progress) // len(todo)
     starts_word = [
-        p.completed >= 0 and not joins[todo[r // n][p.completed][0]] for r, p in enumerate(progress)
+        p.completed >= 0 and not flags[todo[r // n][p.completed][0]] for r, p in enumerate(progress)
     ]
     if any(starts_word):
         rows = torch.tensor(starts_word, device=logp.device)
-        logp.masked_fill_(rows[:, None] & joins.to(logp.device), float("-inf"))
+        logp.masked_fill_(rows[:, None] & joins, float("-inf"))
 
 
 def search_width(beam: int, constraints: Constraints) -> int:
@@ -238,7 +240,7 @@ def _choose(
     scores: Tensor,
     progress: list[Progress],
     todo: list[Constraints],
-    widths: list[int],
+    beam: int,
     eos: int,
 ) -> tuple[tuple[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor], list[Progress]]:
     """One step for every alive sentence (Ba, n hypotheses each; logp (Ba * n, V)), each keeping
@@ -246,6 +248,7 @@ def _choose(
     extended, a mask of the real ones), each (Ba, E); those that go on as (summed log-probs, rows
     extended, tokens), each (Ba, W) with W the widest, and their progress. A sentence with fewer
     candidates than W fills its slots with -inf copies of its first."""
+    widths = [search_width(beam, c) for c in todo]
     n, slots = scores.size(1), max(widths)
     top, parent, tokens = _best_extensions(scores, logp, 2 * slots)  # (Ba, C), best first
     extra = _extra(logp, scores.tolist(), progress, todo, eos)
@@ -295,7 +298,8 @@ def constrained_beam_search(
     scores = torch.zeros(src.size(0), 1, device=device)  # (Ba, n) summed log-probs
     progress = [Progress()] * src.size(0)  # (Ba * n,)
     ended = _Finished(src.size(0), beam, alpha, device)
-    widths = [search_width(beam, c) for c in constraints]  # (B,)
+    flags = None if joins is None else joins.tolist()
+    words = None if joins is None else (joins.to(device), flags)
     for step in range(int(limit.max()) + 1):
         n = scores.size(1)
         keep = kept_rows(abandoned, sentence)
@@ -305,14 +309,11 @@ def constrained_beam_search(
                 break
             progress = _keep_sentences(rows, keep, n, progress)
             sentence, scores = sentence[keep], scores[keep]
-        todo, now = (
-            [constraints[i] for i in sentence.tolist()],
-            [widths[i] for i in sentence.tolist()],
-        )
+        todo = [constraints[i] for i in sentence.tolist()]
         row_limit = limit[sentence].repeat_interleave(n)  # (Ba * n,)
         logp = constrain(rows.log_probs(), step, row_limit, min_len, rows.cfg)
-        _constrain_terms(logp, progress, todo, step < row_limit, eos, joins)
-        (top, origin, ends), kept, progress = _choose(logp, scores, progress, todo, now, eos)
+        _constrain_terms(logp, progress, todo, step < row_limit, eos, words)
+        (top, origin, ends), kept, progress = _choose(logp, scores, progress, todo, beam, eos)
         ended.add(rows, sentence, top, origin, ends)
         alive = ended.can_go_on(kept[0], step) & (step < limit[sentence])  # (Ba,)
         scores, origin, tokens = kept
@@ -328,7 +329,9 @@ def constrained_beam_search(
         rows.reorder(origin.view(-1), keep)
         rows.append(tokens.view(-1))
     return [
-        sorted(hyps, key=lambda h: (holds(h.tokens, constraints[i]), h.score), reverse=True)[:nbest]
+        sorted(hyps, key=lambda h: (holds(h.tokens, constraints[i], flags), h.score), reverse=True)[
+            :nbest
+        ]
         for i, hyps in enumerate(ended.hypotheses)
     ]
 

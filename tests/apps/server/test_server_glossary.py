@@ -85,3 +85,12 @@ def test_requests_with_and_without_terms_batched_together(server: Server,
     expected = [translator.translate(TEXTS, SERVED, glossary=g), translator.translate(TEXTS, SERVED)]
     for k, r in enumerate(answers):
         assert [t["text"] for t in r.json()["translations"]] == expected[k % 2]
+
+
+def test_the_work_bound_counts_the_constrained_search(server: Server) -> None:
+    """40 x "man" at beam 6, max_len_b 512: beam search alone may decode 6 x ~515 x 40 ≈ 124k
+    tokens (under --max-decode-tokens, 131,072); with a term in each sentence the constrained
+    search (width max(6, 2 x 3) for the 2 pieces of 男人) doubles it: refused before it starts."""
+    body = {"text": ["man"] * 40, "beam": 6, "max_len_b": 512, "glossary": {"man": "男人"}}
+    r = server.client.post("/v1/translate", json=body, headers=AUTH)
+    assert r.status_code == 413 and "--max-decode-tokens" in r.json()["error"], r.text

@@ -27,6 +27,7 @@ from typing import Any
 from fastapi import Request
 
 from ...data.tokenizer import check_unicode
+from ...decode.constrained import Constraints, search_width
 from ...decode.options import DecodeOptions
 from ..documents import SPLITS
 from ..glossary import Glossary
@@ -205,7 +206,8 @@ class Service:
         terms: bool = True,
     ) -> tuple[Job, int]:
         """The request's Job and the work it asks for (beam x output length limits, summed over
-        the sentences), checked against the limits before it starts: 400 / 413 over them. The
+        the sentences; plus the constrained search's width for a sentence with glossary terms),
+        checked against the limits before it starts: 400 / 413 over them. The
         server's glossary, with the request's `glossary` terms added, gives the Job's terms
         (terms=False: none, the plain search)."""
         limits = self.limits
@@ -224,23 +226,40 @@ class Service:
                     f"{limits.max_output_tokens} output tokens (--max-output-tokens)",
                 )
         ids = model.translator.encode(texts)
-        work = o.beam * sum(o.max_output_length(len(x)) for x in ids)
+        constraints = self._constraints(model, o, texts, glossary, terms)
+        work = sum(  # beam search, and the constrained search of a sentence with terms
+            (o.beam + (search_width(o.beam, c) if c else 0)) * o.max_output_length(len(x))
+            for x, c in zip(ids, constraints or [[]] * len(ids), strict=True)
+        )
         if work > limits.max_decode_tokens:
             raise HTTPError(
                 413,
                 f"the request may decode {work} tokens (beam {o.beam} x the output length limit "
-                f"of each sentence); the limit is {limits.max_decode_tokens} "
-                "(--max-decode-tokens): send fewer sentences, a smaller beam or max_len_b",
+                f"of each sentence, more for sentences with glossary terms); the limit is "
+                f"{limits.max_decode_tokens} (--max-decode-tokens): send fewer sentences, a "
+                "smaller beam or max_len_b",
             )
+        return Job(model.pair, texts, o, attention, alignment, ids, constraints), work
+
+    def _constraints(
+        self,
+        model: ServedModel,
+        o: DecodeOptions,
+        texts: list[str],
+        glossary: Glossary | None,
+        terms: bool,
+    ) -> list[Constraints] | None:
+        """The terms of each text: the server's glossary with the request's added (None: no
+        term occurs, or terms=False); 400 where they cannot be used."""
+        if not terms:
+            return None
         if self.glossary is not None:
             glossary = self.glossary.merged(glossary or Glossary())
         try:
-            constraints = model.translator.constraints(texts, o, glossary if terms else None)
+            constraints = model.translator.constraints(texts, o, glossary)
         except ValueError as e:
             raise HTTPError(400, str(e)) from None
-        if constraints is not None and not any(constraints):
-            constraints = None  # no term occurs: the plain search
-        return Job(model.pair, texts, o, attention, alignment, ids, constraints), work
+        return constraints if constraints is not None and any(constraints) else None
 
     # --- decoding ------------------------------------------------------------------------------
     async def translate(self, request: Request, job: Job, work: int) -> list[Translation]:
