@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 from qkv import Transformer, TransformerConfig
 from qkv.apps.explain import walkthrough
@@ -24,5 +25,19 @@ def test_the_committed_walkthrough_is_what_the_code_prints() -> None:
 
 def test_a_model_the_page_cannot_show_is_refused() -> None:
     cfg = TransformerConfig.preset("tiny", src_vocab_size=20, positional="rope")
-    with pytest.raises(ValueError, match="scaled dot-product scores, sinusoidal or learned"):
+    with pytest.raises(ValueError, match="scaled dot-product scores .temperature 1., sinusoidal"):
         walkthrough(Transformer(cfg), [4, 3], [2, 5], ["w"] * 20, ["w"] * 20)
+    hot = TransformerConfig.preset("tiny", src_vocab_size=20, attention_temperature=2.0)
+    with pytest.raises(ValueError, match="temperature 1"):
+        walkthrough(Transformer(hot), [4, 3], [2, 5], ["w"] * 20, ["w"] * 20)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_every_step_equals_the_models_own_modules(norm_first: bool) -> None:
+    """The page recomputes each sub-layer by hand; it checks each against the module and the
+    logits against `model.decode` (an AssertionError otherwise), post-norm and pre-norm alike."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig.preset("tiny", src_vocab_size=20, norm_first=norm_first,
+                                   dropout=0.0, attention_dropout=0.0)
+    lines = walkthrough(Transformer(cfg), [4, 5, 3], [2, 6, 7], ["w"] * 20, ["w"] * 20)
+    assert any("Logits" in line for line in lines)

@@ -173,7 +173,13 @@ def test_marian_to_qkv_to_marian_gives_the_original_model(
     out = export_marian(qkv_dir, tmp_path / "marian")
     original = transformers.MarianMTModel.from_pretrained(source).state_dict()
     exported = load_file(out / "model.safetensors")
-    assert all(torch.equal(tensor, original[name]) for name, tensor in exported.items())
+    assert exported
+    for name, tensor in exported.items():
+        assert torch.equal(tensor, original[name]), name
+    for name in set(original) - set(exported):  # only position tables and tied copies left out
+        assert "embed_positions" in name or any(
+            torch.equal(original[name], t) for t in exported.values()
+        ), name
     for name in ("source.spm", "target.spm"):
         assert (out / name).read_bytes() == (source / name).read_bytes()
     for name in ("vocab.json", "target_vocab.json"):

@@ -76,10 +76,11 @@ def walkthrough(
         cfg.attention != "scaled_dot"
         or cfg.positional not in ("sinusoidal", "learned")
         or (cfg.n_kv_heads not in (None, cfg.n_heads))
+        or cfg.attention_temperature != 1.0
     ):
         raise ValueError(
-            "the walk-through shows the paper's model: scaled dot-product scores, sinusoidal or "
-            "learned positions, one key/value head per query head"
+            "the walk-through shows the paper's model: scaled dot-product scores (temperature 1), "
+            "sinusoidal or learned positions, one key/value head per query head"
         )
     model.eval()
     page = Page()
@@ -237,11 +238,12 @@ def _decoder(
     layer: DecoderLayer = model.decoder.layers[0]
     x = model.decoder.embed(tgt)
     page.tensors(("target embedded + positions", x))
+    h = layer.self_attn_block.norm(x) if layer.self_attn_block.norm_first else x
     x = _block(
         page,
         layer.self_attn_block,
         x,
-        _attention(page, layer.self_attn, x, x, mask, "decoder"),
+        _attention(page, layer.self_attn, h, h, mask, "decoder"),
         "self-attention",
     )
     _cross_and_logits(page, model, layer, x, tgt, memory, vocabulary)
@@ -264,11 +266,12 @@ def _cross_and_logits(
         f"Code: {_link('MultiHeadedAttention', 'src/qkv/model/attention.py')} (cross); test: "
         f"{_link('test_attention_weights.py', 'tests/model/test_attention_weights.py')}.",
     )
+    h = layer.cross_attn_block.norm(x) if layer.cross_attn_block.norm_first else x
     x = _block(
         page,
         layer.cross_attn_block,
         x,
-        _attention(page, layer.cross_attn, x, memory, None, "cross"),
+        _attention(page, layer.cross_attn, h, memory, None, "cross"),
         "cross-attention",
     )
     x = _feed_forward(page, layer.ff_block, layer.feed_forward, x, "7. The decoder's feed-forward")

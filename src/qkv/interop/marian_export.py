@@ -157,8 +157,11 @@ def marian_generation_config(cfg: TransformerConfig) -> dict[str, Any]:
 
 
 def _tensor(t: Tensor) -> Tensor:
-    """A float32 copy with storage of its own (safetensors refuses tensors that share memory)."""
-    return t.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
+    """A float32 copy with storage of its own (safetensors refuses tensors that share memory),
+    contiguous: one copy, however `t` is laid out."""
+    return t.detach().to(device="cpu", dtype=torch.float32).clone(
+        memory_format=torch.contiguous_format
+    )
 
 
 def _bias(linear: nn.Linear) -> Tensor:
@@ -359,7 +362,6 @@ def _readme(out: Path, tokenizer: SubwordTokenizer, cfg: TransformerConfig) -> s
     )
 
 
-@torch.no_grad()
 def export_marian(
     model_dir: str | Path, out_dir: str | Path, quantization: str | None = None
 ) -> Path:

@@ -253,8 +253,8 @@ class Service:
         term occurs, or terms=False); 400 where they cannot be used."""
         if not terms:
             return None
-        if self.glossary is not None:
-            glossary = self.glossary.merged(glossary or Glossary())
+        if self.glossary is not None:  # merged (its patterns compiled again) only when asked
+            glossary = self.glossary if glossary is None else self.glossary.merged(glossary)
         try:
             constraints = model.translator.constraints(texts, o, glossary)
         except ValueError as e:
