@@ -25,7 +25,7 @@ def test_the_committed_walkthrough_is_what_the_code_prints() -> None:
 
 def test_a_model_the_page_cannot_show_is_refused() -> None:
     cfg = TransformerConfig.preset("tiny", src_vocab_size=20, positional="rope")
-    with pytest.raises(ValueError, match="scaled dot-product scores .temperature 1., sinusoidal"):
+    with pytest.raises(ValueError, match=r"scaled dot-product scores \(temperature 1\), sinusoidal"):
         walkthrough(Transformer(cfg), [4, 3], [2, 5], ["w"] * 20, ["w"] * 20)
     hot = TransformerConfig.preset("tiny", src_vocab_size=20, attention_temperature=2.0)
     with pytest.raises(ValueError, match="temperature 1"):
