@@ -11,7 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from qkv.runtime.precision import CPU_BF16_MIN_D_MODEL, bf16_matmul_pays, native_bf16
+from qkv.runtime import precision
+from qkv.runtime.precision import CPU_BF16_MIN_D_MODEL, native_bf16
 from qkv.train import TrainConfig, Trainer
 
 Recipe = Callable[..., TrainConfig]
@@ -65,17 +66,19 @@ def test_the_run_records_the_precision_and_the_cpu_flags(recipe: Recipe, tmp_pat
     assert "native bf16)" in first
 
 
+@pytest.mark.parametrize("pays", [False, True])
 @pytest.mark.parametrize("d_model", [32, CPU_BF16_MIN_D_MODEL])
 def test_auto_on_the_cpu_follows_the_hardware_and_the_model_width(
-    recipe: Recipe, tmp_path: Path, d_model: int
+    recipe: Recipe, tmp_path: Path, d_model: int, pays: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """auto: bf16 on a CPU with native bf16 whose bf16 products are measured faster than fp32's,
-    for a model at least CPU_BF16_MIN_D_MODEL wide, else fp32."""
+    """auto: bf16 on a CPU with native bf16 whose bf16 products are measured faster than fp32's
+    (the measurement set both ways here), for a model at least CPU_BF16_MIN_D_MODEL wide, else
+    fp32."""
+    monkeypatch.setattr(precision, "bf16_matmul_pays", lambda: pays)
     cfg = recipe(precision="auto", model={"d_model": d_model, "n_heads": 2}, device="cpu")
     trainer = Trainer(cfg, tmp_path)
     wide = d_model >= CPU_BF16_MIN_D_MODEL
-    pays = native_bf16("cpu") and bf16_matmul_pays()
-    assert trainer.precision == ("bf16" if pays and wide else "fp32")
+    assert trainer.precision == ("bf16" if native_bf16("cpu") and pays and wide else "fp32")
 
 
 def test_an_unknown_precision_is_one_clear_error(recipe: Recipe) -> None:
