@@ -120,6 +120,7 @@ class Translator:
         directories = [resolve_model(d) for d in directories]
         device = torch.device(runtime.device)  # checked by RuntimeOptions
         pack, precision, quantize = runtime.pack, runtime.precision, runtime.quantize
+        capture = runtime.capture
         models = []
         for d in directories:
             model = load_model_dir(d, device)
@@ -129,11 +130,13 @@ class Translator:
             if isinstance(model, RNNSearch) and len(directories) > 1:
                 raise ValueError(f"{d} holds an RNNSearch; an ensemble takes Transformers only")
             if quantize is None:
-                path = choose_decoding_path(model, device, precision, pack)
+                path = choose_decoding_path(model, device, precision, False if capture else pack)
                 pack, precision, why = path.pack, path.precision, path.why  # the next ones alike
             else:
                 why = f"decoding path: {quantize} linear layers (as set)"
-            models.append(prepare_for_decoding(model, device, quantize, pack, precision))
+            if capture:
+                why += "; the decoding step captured (compiled once, as set)"
+            models.append(prepare_for_decoding(model, device, quantize, pack, precision, capture))
         tokenizer = SubwordTokenizer.load(directories[0])
         for d in directories[1:]:
             if not SubwordTokenizer.load(d).same_as(tokenizer):

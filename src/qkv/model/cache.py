@@ -53,13 +53,25 @@ class KVCache:
         -> keys, values (B, H_kv, L, Dh), L = positions held.
         """
         new_length = self.length + k.size(2)
+        buffer_k, buffer_v = self.reserve(k, v)
+        buffer_k[:, :, self.length : new_length] = k
+        buffer_v[:, :, self.length : new_length] = v
+        self.length = new_length
+        return self.keys, self.values
+
+    def reserve(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """The whole buffers (B, H_kv, capacity, Dh), grown if they cannot hold k's T positions
+        (B, H_kv, T, Dh) after those held. A step that writes its keys and values into them itself
+        (`runtime.captured`) then calls `advance(T)`."""
+        new_length = self.length + k.size(2)
         if self._k is None or new_length > self._k.size(2):
             self._grow(k, v, max(2 * new_length, self.capacity))
         assert self._k is not None and self._v is not None
-        self._k[:, :, self.length : new_length] = k
-        self._v[:, :, self.length : new_length] = v
-        self.length = new_length
-        return self.keys, self.values
+        return self._k, self._v
+
+    def advance(self, positions: int) -> None:
+        """Count `positions` more as held: written into the buffers `reserve` gave."""
+        self.length += positions
 
     def set_static(self, k: Tensor, v: Tensor) -> None:
         """Store keys and values computed once (cross-attention over the source), contiguous: they
@@ -70,8 +82,8 @@ class KVCache:
 
     def _grow(self, k: Tensor, v: Tensor, capacity: int) -> None:
         B, H, _, Dh = k.shape
-        new_k = k.new_empty(B, H, capacity, Dh)
-        new_v = v.new_empty(B, H, capacity, v.size(-1))
+        new_k = k.new_zeros(B, H, capacity, Dh)  # finite: a masked read of NaN is NaN
+        new_v = v.new_zeros(B, H, capacity, v.size(-1))
         if self._k is not None and self._v is not None:
             new_k[:, :, : self.length] = self.keys
             new_v[:, :, : self.length] = self.values
@@ -99,8 +111,8 @@ class KVCache:
             return
         rows = len(index)
         if rows > self._k.size(0):  # more rows than the buffer holds (beam search's first step)
-            self._k = self._k.new_empty(rows, *self._k.shape[1:])
-            self._v = self._v.new_empty(rows, *self._v.shape[1:])
+            self._k = self._k.new_zeros(rows, *self._k.shape[1:])
+            self._v = self._v.new_zeros(rows, *self._v.shape[1:])
         else:
             self._k, self._v = self._k[:rows], self._v[:rows]  # contiguous views of the same buffer
         self._k[:, :, : self.length], self._v[:, :, : self.length] = k, v

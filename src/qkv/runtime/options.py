@@ -37,6 +37,8 @@ class RuntimeOptions:
         or None; int8 takes neither packed weights nor bf16.
     pack: linear weights packed for oneDNN (True; `runtime.packed`), kept as nn.Linear (False), or
         the faster of the two, measured on this CPU (None).
+    capture: decode through a captured step (`runtime.captured`): the decoder's one-token step
+        compiled by TorchInductor once per process (seconds), for the CPU; takes no packed weights.
     workers: batches decoded at once (`runtime.workers`): on a CPU, in forked processes of one
         torch thread each (give as many as cores) where the system forks, else in threads that
         share torch's threads; with fewer batches than workers, the largest batches are split so
@@ -54,6 +56,7 @@ class RuntimeOptions:
     precision: str = "auto"
     quantize: str | None = None
     pack: bool | None = None
+    capture: bool = False
     workers: int = 1
     threads: int | None = None
     batch_tokens: int = DEFAULT_BATCH_TOKENS
@@ -68,6 +71,8 @@ class RuntimeOptions:
             raise ValueError(f"pack must be True, False or None (measured), got {self.pack!r}")
         if self.quantize is not None and self.pack:
             raise ValueError("choose int8 quantization or packed float32 weights, not both")
+        if self.capture and self.pack:
+            raise ValueError("a captured step packs its weights itself: choose capture or pack")
         if self.quantize is not None and self.precision == "bf16":
             raise ValueError("choose int8 quantization or bf16 weights, not both")
         for name in ("workers", "batch_tokens", "max_src_tokens"):

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from .attention import use_decoding_attention
+from .captured import capture_decoder, int8_linears
 from .packed import pack_linear_weights, packing_available
 from .precision import check_precision, resolve_precision
 from .quantize import QUANTIZATIONS, quantize_int8
@@ -21,6 +22,7 @@ def prepare_for_decoding(
     quantize: str | None = None,
     pack: bool | None = None,
     precision: str = "fp32",
+    capture: bool = False,
 ) -> nn.Module:
     """The model as decoding runs it, changed in place and put in eval mode.
 
@@ -43,9 +45,13 @@ def prepare_for_decoding(
     check_precision(precision)
     if quantize is not None and precision == "bf16":
         raise ValueError("choose int8 quantization or bf16 weights, not both")
+    if capture and pack:
+        raise ValueError("a captured step packs its weights itself: choose capture or pack")
     model = use_decoding_attention(model.eval())
     if quantize is None and resolve_precision(precision, device) == "bf16":
         model = model.to(torch.bfloat16)
+    if capture:
+        return capture_decoder(int8_linears(model) if quantize is not None else model)
     if quantize is not None:
         return quantize_int8(model, inplace=True)  # the float model is not kept
     dtype = next(model.parameters()).dtype

@@ -127,6 +127,12 @@ FLAGS: dict[str, dict[str, Any]] = {  # flag -> its add_argument keywords
         "help": "linear weights packed for oneDNN (--pack) or kept as nn.Linear (--no-pack) "
         "(default: the faster on this CPU, measured once and cached)",
     },
+    "--capture": {
+        "action": "store_true",
+        "help": "decode through a captured step: the decoder's one-token step compiled by "
+        "TorchInductor once per process (seconds; a C++ compiler needed), the same outputs; pays "
+        "when many sentences are decoded, at batch 1 most (CPU)",
+    },
     "--glossary": {
         "metavar": "TSV",
         "help": "terms the translations must use: 'source term<TAB>target term' lines; where a "
@@ -147,6 +153,7 @@ TRANSLATOR_FLAGS = (
     "--quantize",
     "--precision",
     "--pack",
+    "--capture",
 )
 
 

@@ -1,0 +1,243 @@
+"""A captured decoding step: the decoder's one-new-token step compiled into one C++ program.
+
+At batch 1 a decoding step is a few hundred small operations (36 linear layers, 12 attentions, 18
+norms and residuals, the positions), and in eager PyTorch each pays Python and dispatch costs that
+dwarf its arithmetic. `CapturedDecoder` takes the place of a model's `Decoder` (swapped in from
+outside, `capture_decoder`) and runs that step through `torch.compile` (TorchInductor, C++ wrapper,
+frozen weights, shapes symbolic so one compilation serves every batch, source length and cache
+size). The step reads and writes the model's own `DecoderCache`: each layer's new key and value go
+into the cache's buffer in place, and attention reads the whole buffer with the positions not yet
+written masked out. Everything else, the first call of a prefix, attention weights, training,
+runs the readable `Decoder` it wraps, unchanged.
+
+int8 (`Int8Linear`): weights quantized per output row, the activations per row at run time (the
+scheme CTranslate2 uses), multiplied by `torch._int_mm`. Fast for one row a step (greedy decoding of
+one sentence), slow for several: docs/benchmarks.md has the measurements.
+
+The compilation costs seconds once per process (TorchInductor caches its work on disk, in
+`TORCHINDUCTOR_CACHE_DIR`); a model served or decoding many sentences amortises it.
+`tests/runtime/test_captured.py` checks the captured step against the readable decoder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..model.attention import AttentionWeights, DotProductScore, MultiHeadedAttention
+from ..model.cache import DecoderCache
+from ..model.layers import SublayerConnection
+from ..model.transformer import Decoder
+from .swap import rebuilt_as, replace_modules
+
+CAPTURE_OPTIONS = {"freezing": True, "cpp_wrapper": True}  # torch.compile's inductor options
+# graphs a process may compile for one step: one per family of shapes (one row or more, beams
+# sharing a memory row or not, ...); past it the step runs uncompiled
+RECOMPILE_LIMIT = 32
+
+
+def capture_refusal(model: nn.Module) -> str | None:
+    """Why `model` cannot decode through a captured step, or None when it can."""
+    decoder = getattr(model, "decoder", None)
+    if not isinstance(decoder, Decoder) or getattr(model, "encoder", None) is None:
+        return "a captured step needs an encoder-decoder Transformer"
+    if decoder.rotary is not None or decoder.score_bias is not None:
+        return f"positional={decoder.cfg.positional!r}: the captured step adds positions only"
+    for layer in decoder.layers:
+        for attention in (layer.self_attn, layer.cross_attn):
+            if attention is None or not isinstance(attention.score, DotProductScore):
+                return f"attention score {decoder.cfg.attention!r} is not a dot product"
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        return "the captured step runs on the CPU"
+    return None
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T + b in int8: W quantized per output row, x per row when called.
+
+    x (..., K) -> (..., N). W ≈ qweight * scale[:, None], x ≈ xq * sx; y = (xq @ qweightᵀ) sx scale.
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()
+        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127  # (N,)
+        self.register_buffer("qweight", torch.round(w / scale[:, None]).to(torch.int8))  # (N, K)
+        self.register_buffer("scale", scale)
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        self.register_buffer("bias", bias)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.reshape(-1, self.in_features).float()  # (M, K)
+        sx = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127  # (M, 1)
+        xq = torch.round(rows / sx).to(torch.int8)
+        y = torch._int_mm(xq, self.qweight.t()) * (sx * self.scale)  # int32 (M, N) -> float
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
+
+
+def int8_linears(model: nn.Module) -> nn.Module:
+    """Every `nn.Linear` of `model` replaced (in place) by an `Int8Linear`."""
+    return replace_modules(model, nn.Linear, Int8Linear)
+
+
+class CapturedDecoder(Decoder):
+    """A `Decoder` whose cached one-token steps run compiled (see the module's docstring); made by
+    `capture_decoder`, it holds the same modules and weights. (R, 1) ids -> (R, 1, D) hidden."""
+
+    _step: Any  # the compiled `_one_token`
+
+    def forward(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        weights: AttentionWeights | None = None,
+    ) -> tuple[Tensor, AttentionWeights | None]:
+        if (
+            cache is None
+            or memory is None
+            or weights is not None
+            or self.training
+            or tgt_ids.size(1) != 1
+            or torch.is_grad_enabled()
+        ):
+            return super().forward(tgt_ids, memory, memory_mask, cache, weights)
+        R, dtype = tgt_ids.size(0), memory.dtype
+        new = memory.new_empty(R, self.layers[0].self_attn.n_kv_heads, 1, self.cfg.d_head)
+        keys, values, memory_keys, memory_values = [], [], [], []
+        for i, layer in enumerate(self.layers):
+            own, cross = cache.layer(i)
+            assert cross is not None and layer.cross_attn is not None
+            if cross.empty:  # once per source, as the readable decoder does
+                cross.set_static(*layer.cross_attn.project_memory(memory))
+            k, v = own.reserve(new, new)  # (R, H_kv, capacity, Dh), room for one more
+            keys.append(k)
+            values.append(v)
+            memory_keys.append(cross.keys)  # (B_m, H_kv, S, Dh)
+            memory_values.append(cross.values)
+        length = cache.length
+        B_m, S = memory_keys[0].size(0), memory_keys[0].size(2)
+        if memory_mask is None:
+            memory_mask = torch.ones(B_m, 1, 1, S, dtype=torch.bool)
+        zeros = torch.zeros(1, 1, self.cfg.d_model, dtype=dtype)
+        positions = zeros if self.absolute is None else self.absolute(zeros, length)  # (1, 1, D)
+        written = torch.arange(keys[0].size(2)) <= length  # (capacity,): the positions held
+        position = torch.tensor([length])
+        ids = tgt_ids.clone(memory_format=torch.contiguous_format)  # a column's stride: a new graph
+        hidden = self._step(
+            ids,
+            positions,
+            position,
+            written,
+            keys,
+            values,
+            memory_keys,
+            memory_values,
+            memory_mask,
+        )
+        for own in cache.self_attn:
+            own.advance(1)
+        return hidden, None
+
+    def _one_token(
+        self,
+        ids: Tensor,
+        positions: Tensor,
+        position: Tensor,
+        written: Tensor,
+        keys: list[Tensor],
+        values: list[Tensor],
+        memory_keys: list[Tensor],
+        memory_values: list[Tensor],
+        memory_mask: Tensor,
+    ) -> Tensor:
+        """The step `torch.compile` captures: the readable decoder's arithmetic for one new token.
+
+        ids (R, 1); positions (1, 1, D) the positional row added (zeros without one); position (1,)
+        where the new key and value go; written (capacity,) the positions held after this step;
+        keys/values per layer (R, H_kv, capacity, Dh), written in place; memory_keys/values per
+        layer (B_m, H_kv, S, Dh); memory_mask (B_m | 1, 1, 1, S) -> hidden (R, 1, D).
+        """
+        x = self.dropout(self.embedding(ids) + positions)  # (R, 1, D)
+        held = written[None, None, None, :]  # (1, 1, 1, capacity)
+        for i, layer in enumerate(self.layers):
+            x = _residual(
+                layer.self_attn_block,
+                x,
+                lambda h, a=layer.self_attn, k=keys[i], v=values[i]: _self_attention(
+                    a, h, k, v, position, held
+                ),
+            )
+            x = _residual(
+                layer.cross_attn_block,
+                x,
+                lambda h, a=layer.cross_attn, k=memory_keys[i], v=memory_values[i]: _attend(
+                    a, a.project_query(h), k, v, memory_mask
+                ),
+            )
+            x = _residual(layer.ff_block, x, layer.feed_forward)
+        return self.norm(x)
+
+
+def _residual(block: SublayerConnection | None, x: Tensor, sublayer: Any) -> Tensor:
+    assert block is not None
+    return block(x, sublayer)
+
+
+def _self_attention(
+    attention: MultiHeadedAttention,
+    h: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    position: Tensor,
+    held: Tensor,
+) -> Tensor:
+    """h (R, 1, D): its key and value written at `position` of the buffers, then attention over
+    the positions `held` -> (R, 1, D)."""
+    q, k, v = attention.project_self(h)  # (R, H, 1, Dh), (R, H_kv, 1, Dh)
+    keys.index_copy_(2, position, k)
+    values.index_copy_(2, position, v)
+    return _attend(attention, q, keys, values, held)
+
+
+def _attend(
+    attention: MultiHeadedAttention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor
+) -> Tensor:
+    """q (R, H, 1, Dh) over k, v (B_m, H_kv, L, Dh), R = g B_m: the g query rows of a memory row
+    (beam search's hypotheses of a sentence; g = 1 for self-attention) stacked -> (R, 1, D)."""
+    R, H, _, Dh = q.shape
+    B_m = k.size(0)
+    q = q.reshape(B_m, R // B_m, H, Dh).transpose(1, 2)  # (B_m, H, g, Dh)
+    out = F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        scale=attention.score.scale / attention.temperature,
+        enable_gqa=attention.n_kv_heads != attention.n_heads,
+    )  # (B_m, H, g, Dh)
+    return attention.out_proj(out.transpose(1, 2).reshape(R, 1, H * Dh))
+
+
+def capture_decoder(model: nn.Module) -> nn.Module:
+    """Swap `model.decoder` (in place) for a `CapturedDecoder` of the same modules; returns the
+    model. A model that cannot (`capture_refusal`) raises a ValueError saying why."""
+    refusal = capture_refusal(model)
+    if refusal is not None:
+        raise ValueError(f"cannot capture the decoding step: {refusal}")
+    decoder = rebuilt_as(model.decoder, CapturedDecoder)
+    limit = torch._dynamo.config
+    limit.recompile_limit = max(limit.recompile_limit, RECOMPILE_LIMIT)  # process-wide
+    decoder._step = torch.compile(decoder._one_token, dynamic=True, options=CAPTURE_OPTIONS)
+    model.decoder = decoder
+    return model
+
+
+__all__ = ["CapturedDecoder", "Int8Linear", "capture_decoder", "capture_refusal", "int8_linears"]

@@ -1,0 +1,124 @@
+"""The captured decoding step (TorchInductor) against the readable decoder it replaces: the same
+logits step by step (cache growth, beams sharing memory rows, rows leaving, a prefix, padding),
+the same hypotheses; int8 (`Int8Linear`) against a float64 computation of its quantization."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from qkv import Transformer
+from qkv.decode import beam_search, greedy
+from qkv.model.attention import AttentionWeights
+from qkv.model.masks import padding_mask
+from qkv.runtime.captured import CapturedDecoder, Int8Linear, capture_decoder, capture_refusal
+from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.prepare import prepare_for_decoding
+from tiny_models import batch, random_sources, tiny_config, tiny_model
+
+pytestmark = pytest.mark.slow  # each captured model compiles once (seconds)
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[Transformer, Transformer]:
+    """A tiny model whose hypotheses end at varied lengths, readable and captured."""
+    model = prepare_for_decoding(tiny_model(d_model=64, d_ff=128, n_kv_heads=2), pack=False)
+    return model, capture_decoder(copy.deepcopy(model))
+
+
+def test_captured_steps_equal_the_readable_decoder_through_growth_beams_and_padding(
+    models: tuple[Transformer, Transformer],
+) -> None:
+    plain, captured = models
+    assert isinstance(captured.decoder, CapturedDecoder)
+    src = batch(random_sources(3, seed=2, max_len=9))  # padded: (3, S)
+    mask = padding_mask(src, plain.config.pad_id)
+    steps = torch.randint(4, 40, (6, 9))  # 2 hypotheses per source, 9 steps
+    with torch.inference_mode():
+        memory = plain.encode(src, mask)
+        caches = plain.new_cache(capacity=2), captured.new_cache(capacity=2)  # grows twice
+        for t in range(steps.size(1)):
+            ids = steps[:, t : t + 1]
+            want, got = (m.decode(ids, memory, mask, c) for m, c in zip(models, caches, strict=True))
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+            if t == 4:  # the second source's hypotheses leave; the others swap places
+                rows, sources = torch.tensor([1, 0, 5, 4]), torch.tensor([0, 2])
+                for c in caches:
+                    c.reorder(rows, sources)
+                steps, memory, mask = steps[rows], memory[sources], mask[sources]
+    assert caches[1].length == 9 and caches[1].self_attn[0].keys.shape[2] == 9
+
+
+def test_captured_model_finds_the_same_hypotheses(models: tuple[Transformer, Transformer]) -> None:
+    plain, captured = models
+    src = batch(random_sources(4, seed=3, max_len=8))
+    with torch.inference_mode():
+        for s in (src[:1], src):
+            assert [h.tokens for h in greedy(captured, s, max_len=14)] == [
+                h.tokens for h in greedy(plain, s, max_len=14)
+            ]
+        ours, theirs = (beam_search(m, src, beam=3, max_len=14) for m in models)
+    assert [[h.tokens for h in n] for n in ours] == [[h.tokens for h in n] for n in theirs]
+    assert [h[0].score for h in ours] == pytest.approx([h[0].score for h in theirs], abs=1e-4)
+
+
+def test_a_prefix_and_attention_weights_take_the_readable_path(
+    models: tuple[Transformer, Transformer],
+) -> None:
+    plain, captured = models
+    src = batch(random_sources(2, seed=4, max_len=7))
+    tgt = torch.randint(4, 40, (2, 5))
+    with torch.inference_mode():
+        memory = plain.encode(src)
+        caches = plain.new_cache(), captured.new_cache()
+        for ids in (tgt[:, :3], tgt[:, 3:4], tgt[:, 4:5]):  # a 3-token prefix, then steps
+            want, got = (m.decode(ids, memory, None, c) for m, c in zip(models, caches, strict=True))
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        weights = AttentionWeights(), AttentionWeights()
+        for m, w in zip(models, weights, strict=True):
+            m(src, tgt, weights=w)
+    for want, got in zip(weights[0].cross, weights[1].cross, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_int8_linear_is_its_quantization_computed_in_float64() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 24)
+    x = torch.randn(5, 3, 48)
+    w = linear.weight.double()
+    w_scale = w.abs().amax(1) / 127
+    x_scale = x.double().abs().amax(-1, keepdim=True) / 127
+    product = torch.round(x.double() / x_scale) @ torch.round(w / w_scale[:, None]).T
+    want = product * x_scale * w_scale + linear.bias.double()
+    with torch.inference_mode():
+        got = Int8Linear(linear)(x)
+        close = linear(x)
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+    assert (got - close).abs().max() < 0.02 * close.abs().max()  # and near the float layer
+
+
+def test_captured_int8_decodes_near_its_eager_twin() -> None:
+    model = tiny_model(d_model=64, d_ff=128)
+    eager = prepare_for_decoding(copy.deepcopy(model), pack=False)
+    captured = prepare_for_decoding(model, quantize="int8", capture=True)
+    assert not any(type(m) is nn.Linear for m in captured.modules())
+    src = batch(random_sources(2, seed=5, max_len=8))
+    with torch.inference_mode():
+        memory = eager.encode(src)
+        caches = eager.new_cache(), captured.new_cache()
+        for ids in torch.randint(4, 40, (2, 6)).T:
+            want, got = (m.decode(ids[:, None], memory, None, c) for m, c in zip((eager, captured), caches, strict=True))
+            assert (got - want).abs().max() < 0.05 * want.abs().max()
+
+
+def test_what_cannot_be_captured_is_refused_with_the_reason() -> None:
+    assert capture_refusal(Transformer(tiny_config())) is None
+    rope = Transformer(tiny_config(positional="rope"))
+    assert "positional='rope'" in str(capture_refusal(rope))
+    with pytest.raises(ValueError, match="cannot capture the decoding step: positional='rope'"):
+        prepare_for_decoding(rope, capture=True)
+    with pytest.raises(ValueError, match="packs its weights itself"):
+        RuntimeOptions(capture=True, pack=True)
