@@ -105,6 +105,7 @@ def qkv_engine(
     model: str = "qkv",
     precision: str = "fp32",
     processes: bool = False,
+    capture: bool = False,
 ) -> Translate:
     import torch
 
@@ -114,7 +115,7 @@ def qkv_engine(
     from qkv.runtime.workers import ForkedWorkers, map_in_workers
 
     model = prepare_for_decoding(
-        load_model_dir(work / model), "cpu", quantize, pack, precision=precision
+        load_model_dir(work / model), "cpu", quantize, pack, precision, capture
     )  # as Translator.load does
 
     def decode(src: torch.Tensor) -> list[list[int]]:
@@ -231,6 +232,7 @@ def make_engine(work: Path, spec: dict[str, Any], min_len: int, max_len: int) ->
             opus + "qkv",
             spec.get("precision", "fp32"),
             spec.get("processes", False),
+            spec.get("capture", False),
         )
     if spec["engine"] == "hf":
         return hf_engine(

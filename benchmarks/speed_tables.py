@@ -27,7 +27,8 @@ def engine_name(r: dict[str, Any]) -> str:
         return f"CT2 {r['compute_type']} {r['threads_label']}"
     if r["engine"] == "qkv":
         words = ["qkv"]
-        words += ["unpacked"] if not r.get("pack", True) else []
+        words += ["unpacked"] if not r.get("pack", True) and not r.get("capture") else []
+        words += ["captured"] if r.get("capture") else []
         words += [r["quantize"]] if r.get("quantize") else []
         words += ["2x1"] if r.get("workers", 1) == 2 else []
         words += ["processes"] if r.get("processes") else []

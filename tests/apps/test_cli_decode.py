@@ -181,3 +181,16 @@ def test_evaluate_scores_a_lowercase_model_case_insensitively(tmp_path: Path,
     expected_bleu, expected_chrf = bleu(hyps, lowered, "en")[0], chrf(hyps, lowered)[0]
     assert "BLEU|nrefs:1|case:lc" in out and "chrF2|nrefs:1|case:lc" in out
     assert f"= {expected_bleu.score:.2f}" in out and f"= {expected_chrf.score:.2f}" in out
+
+
+@pytest.mark.slow
+def test_translate_with_a_captured_step_gives_the_same_translations(
+        model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """--capture: the decoder's step compiled (runtime.captured); the same lines out, and the
+    decoding path on stderr says so."""
+    lines = [EN[0], ZH[1], f"{EN[2]} {EN[3]}"]
+    set_stdin(monkeypatch, "\n".join(lines) + "\n")
+    assert main(["translate", "--model", str(model_dir), *FAST, "--capture"]) == 0
+    out, err = capsys.readouterr()
+    assert "the decoding step captured" in err
+    assert out.splitlines() == Translator.load(model_dir).translate(lines, FAST_OPTIONS)

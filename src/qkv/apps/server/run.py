@@ -70,10 +70,12 @@ def load_models(
 
 
 def warm_up(models: Sequence[ServedModel], options: DecodeOptions) -> None:
-    """One translation per model before serving, so that the first request is not the slow one
-    (and a model that cannot translate fails now, not on a user's request)."""
+    """Translations of one sentence and of two per model before serving, so that the first
+    request is not the slow one (a captured step compiles its graphs for one row and for several
+    here) and a model that cannot translate fails now, not on a user's request."""
     for m in models:
-        m.translator.translate_detailed(["hello world"], options.replace(nbest=1))
+        for texts in (["hello world"], ["hello world", "good morning"]):
+            m.translator.translate_detailed(texts, options.replace(nbest=1))
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -1,0 +1,97 @@
+"""A greedy batch-1 decoding step of the base shape, eager against captured (`--capture`,
+`qkv.runtime.captured`): milliseconds per step, the operators torch runs per step, and what the
+first call costs (the compilation).
+
+    python benchmarks/investigations/captured_step.py [--threads 1]
+
+Each path decodes the same 8 sources one at a time, 30 tokens forced; per step = median of 3 runs
+over 240 tokens (the encoder's share included). Operators: `torch.profiler` events per step in one
+run (an eager step dispatches every module's operators; a captured step is one compiled call and
+the few operators around it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common  # noqa: E402  (benchmarks/common.py)
+
+TOKENS = 30
+
+
+def paths(bf16: bool) -> list[tuple[str, dict]]:
+    rows = [
+        ("fp32 eager (nn.Linear)", dict(pack=False, precision="fp32")),
+        ("fp32 eager (packed)", dict(pack=True, precision="fp32")),
+        ("int8 eager (fbgemm dynamic)", dict(quantize="int8")),
+        ("fp32 captured", dict(pack=False, precision="fp32", capture=True)),
+        ("int8 captured (Int8Linear)", dict(quantize="int8", capture=True)),
+    ]
+    if bf16:
+        rows += [
+            ("bf16 eager (packed)", dict(pack=True, precision="bf16")),
+            ("bf16 captured", dict(pack=False, precision="bf16", capture=True)),
+        ]
+    return rows
+
+
+def measure(settings: dict, sources: list) -> dict[str, float]:
+    import torch
+
+    from qkv.decode.search import greedy
+    from qkv.runtime.prepare import prepare_for_decoding
+
+    model = prepare_for_decoding(common.base_model(), "cpu", **settings)
+
+    def run() -> None:
+        for src in sources:
+            greedy(model, src, min_len=TOKENS, max_len=TOKENS)
+
+    with torch.inference_mode():
+        start = time.perf_counter()
+        run()
+        first = time.perf_counter() - start
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            greedy(model, sources[0], min_len=TOKENS, max_len=TOKENS)
+    steps = len(sources) * TOKENS
+    return {
+        "ms_per_step": sorted(times)[1] / steps * 1e3,
+        "ops_per_step": len(prof.events()) / TOKENS,
+        "first_run_s": first,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    import torch
+
+    from qkv.runtime.precision import native_bf16
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(common.describe(common.machine(), common.versions("torch")), end="")
+    print(f"; {torch.get_num_threads()} threads")
+    sources = [s[None] for s in common.random_sentences(8, common.SRC_LEN)]
+    for name, settings in paths(native_bf16("cpu")):
+        r = measure(settings, sources)
+        print(
+            f"{name:28s} {r['ms_per_step']:6.2f} ms/step ({1e3 / r['ms_per_step']:5.0f} tokens/s), "
+            f"{r['ops_per_step']:6.0f} profiler events/step, first run {r['first_run_s']:5.1f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()
