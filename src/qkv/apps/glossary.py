@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ..data.tokenizer import SubwordTokenizer
+from ..decode.options import DecodeOptions
 
 MAX_TERMS = 10_000  # the most pairs a glossary holds (a request's and a file's alike)
 MAX_TERM_CHARS = 200  # the longest term, on either side
@@ -145,4 +146,13 @@ def _pattern(term: str) -> re.Pattern[str]:
     return re.compile(before + re.escape(term) + after, re.IGNORECASE)
 
 
-__all__ = ["MAX_TERMS", "Glossary"]
+def check_search(options: DecodeOptions) -> None:
+    """A glossary's terms need beam search: a ValueError unless `options` has a beam of 2 or more
+    and no sampling."""
+    if options.sampling or options.beam < 2:
+        raise ValueError(
+            "a glossary needs beam search with a beam of 2 or more (no sampling): --beam 2+"
+        )
+
+
+__all__ = ["MAX_TERMS", "Glossary", "check_search"]

@@ -50,7 +50,7 @@ from ..runtime.choice import choose_decoding_path
 from ..runtime.options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ..runtime.prepare import prepare_for_decoding
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
-from .glossary import Glossary, joining_pieces
+from .glossary import Glossary, check_search, joining_pieces
 from .translation import Extras, Translation
 
 CHUNK_BATCHES = 16  # translate_stream decodes about this many batches' worth of lines at a time
@@ -420,8 +420,8 @@ class Translator:
         if glossary is None:
             return None
         found = glossary.constraints(list(texts), self.tokenizer)
-        if any(found) and (options.sampling or options.beam < 2):
-            raise ValueError("a glossary needs beam search with a beam of 2 or more (no sampling)")
+        if any(found):
+            check_search(options)
         return found
 
     def encode(self, texts: list[str]) -> list[list[int]]:

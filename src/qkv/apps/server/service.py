@@ -30,7 +30,7 @@ from ...data.tokenizer import check_unicode
 from ...decode.constrained import Constraints, search_width
 from ...decode.options import DecodeOptions
 from ..documents import SPLITS
-from ..glossary import Glossary
+from ..glossary import Glossary, check_search
 from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
 from .batcher import Batcher, Job, QueueFull
 from .files import FileStore
@@ -101,8 +101,8 @@ class Service:
         """The service for these models, its lanes not started (see `Batcher` for max_wait,
         batch_tokens and batching; `split` for /translate: "sentences" or "lines"; `glossary`:
         terms every request's translations use, which needs beam search by default)."""
-        if glossary is not None and (options.beam < 2 or options.sampling):
-            raise ValueError("a glossary needs beam search with a beam of 2 or more: --beam 2+")
+        if glossary is not None:
+            check_search(options)
         if split not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
         served = {m.pair: m for m in models}
