@@ -5,7 +5,8 @@ first call costs (the compilation).
     python benchmarks/investigations/captured_step.py [--threads 1]
 
 Each path decodes the same 8 sources one at a time, 30 tokens forced; per step = median of 3 runs
-over 240 tokens (the encoder's share included). Operators: `torch.profiler` events per step in one
+over 240 tokens (the encoder's share included). Each path's outputs are compared with the first's
+(fp32, nn.Linear): the captured fp32 step gives the same tokens. Operators: `torch.profiler` events per step in one
 run (an eager step dispatches every module's operators; a captured step is one compiled call and
 the few operators around it).
 """
@@ -19,7 +20,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import common  # noqa: E402  (benchmarks/common.py)
+import common  # benchmarks/common.py
 
 TOKENS = 30
 
@@ -48,13 +49,12 @@ def measure(settings: dict, sources: list) -> dict[str, float]:
 
     model = prepare_for_decoding(common.base_model(), "cpu", **settings)
 
-    def run() -> None:
-        for src in sources:
-            greedy(model, src, min_len=TOKENS, max_len=TOKENS)
+    def run() -> list[list[int]]:
+        return [greedy(model, src, min_len=TOKENS, max_len=TOKENS)[0].tokens for src in sources]
 
     with torch.inference_mode():
         start = time.perf_counter()
-        run()
+        tokens = run()
         first = time.perf_counter() - start
         times = []
         for _ in range(3):
@@ -68,6 +68,7 @@ def measure(settings: dict, sources: list) -> dict[str, float]:
         "ms_per_step": sorted(times)[1] / steps * 1e3,
         "ops_per_step": len(prof.events()) / TOKENS,
         "first_run_s": first,
+        "tokens": tokens,
     }
 
 
@@ -85,11 +86,15 @@ def main() -> None:
     print(common.describe(common.machine(), common.versions("torch")), end="")
     print(f"; {torch.get_num_threads()} threads")
     sources = [s[None] for s in common.random_sentences(8, common.SRC_LEN)]
+    reference = None  # the first path's tokens (fp32, nn.Linear)
     for name, settings in paths(native_bf16("cpu")):
         r = measure(settings, sources)
+        reference = reference or r["tokens"]
+        same = sum(a == b for a, b in zip(r["tokens"], reference, strict=True))
         print(
             f"{name:28s} {r['ms_per_step']:6.2f} ms/step ({1e3 / r['ms_per_step']:5.0f} tokens/s), "
-            f"{r['ops_per_step']:6.0f} profiler events/step, first run {r['first_run_s']:5.1f} s"
+            f"{r['ops_per_step']:6.0f} profiler events/step, first run {r['first_run_s']:5.1f} s, "
+            f"{same}/{len(sources)} outputs as fp32 eager"
         )
 
 
