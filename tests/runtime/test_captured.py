@@ -114,7 +114,7 @@ def test_captured_int8_decodes_near_its_eager_twin() -> None:
             assert (got - want).abs().max() < 0.05 * want.abs().max()
 
 
-def test_what_cannot_be_captured_is_refused_with_the_reason() -> None:
+def test_what_cannot_be_captured_is_refused_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     assert capture_refusal(Transformer(tiny_config())) is None
     rope = Transformer(tiny_config(positional="rope"))
     assert "positional='rope'" in str(capture_refusal(rope))
@@ -122,3 +122,5 @@ def test_what_cannot_be_captured_is_refused_with_the_reason() -> None:
         prepare_for_decoding(rope, capture=True)
     with pytest.raises(ValueError, match="packs its weights itself"):
         RuntimeOptions(capture=True, pack=True)
+    monkeypatch.setattr("qkv.runtime.captured.shutil.which", lambda name: None)
+    assert "needs a C++ compiler" in str(capture_refusal(Transformer(tiny_config())))

@@ -21,6 +21,8 @@ The compilation costs seconds once per process (TorchInductor caches its work on
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 import torch
@@ -52,6 +54,8 @@ def capture_refusal(model: nn.Module) -> str | None:
                 return f"attention score {decoder.cfg.attention!r} is not a dot product"
     if any(p.device.type != "cpu" for p in model.parameters()):
         return "the captured step runs on the CPU"
+    if not any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "c++", "clang++") if c):
+        return "TorchInductor needs a C++ compiler (g++ or clang++, or $CXX): none found"
     return None
 
 
