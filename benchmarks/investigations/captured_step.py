@@ -17,6 +17,7 @@ import argparse
 import sys
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -72,6 +73,37 @@ def measure(settings: dict, sources: list) -> dict[str, float]:
     }
 
 
+def kernels(rows: int) -> dict[str, float]:
+    """Milliseconds for the 37 products of a step (6 decoder layers and the output projection)
+    of `rows` input rows, by kernel: float32 nn.Linear, int8 fbgemm (what --quantize int8 runs
+    eagerly), int8 `Int8Linear` (`torch._int_mm`, what a captured int8 step runs)."""
+    import torch
+    from torch import nn
+
+    from qkv.runtime.captured import Int8Linear
+    from qkv.runtime.quantize import quantize_int8
+
+    d, d_ff = common.D_MODEL, 4 * common.D_MODEL
+    layer = [(d, 3 * d), (d, d), (d, d), (d, d), (d, d_ff), (d_ff, d)]  # in, out
+    plain = [nn.Linear(i, o) for i, o in layer * common.LAYERS + [(d, common.VOCAB)]]
+    kinds = {
+        "fp32 nn.Linear": plain,
+        "int8 fbgemm": list(quantize_int8(nn.Sequential(*plain))),
+        "int8 _int_mm": [Int8Linear(m) for m in plain],
+    }
+    inputs = {n: torch.randn(rows, n) for n in (d, d_ff)}
+    xs = [inputs[m.in_features] for m in plain]
+
+    def products(layers: list) -> list:
+        return [m(x) for m, x in zip(layers, xs, strict=True)]
+
+    with torch.inference_mode():
+        return {
+            name: common.time_calls(partial(products, layers), 10).seconds * 1e3
+            for name, layers in kinds.items()
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
@@ -96,6 +128,9 @@ def main() -> None:
             f"{r['ops_per_step']:6.0f} profiler events/step, first run {r['first_run_s']:5.1f} s, "
             f"{same}/{len(sources)} outputs as fp32 eager"
         )
+    for rows in (1, 4, 32):
+        times = ", ".join(f"{k} {v:.2f}" for k, v in kernels(rows).items())
+        print(f"the step's 37 products, {rows:2d} rows (ms): {times}")
 
 
 if __name__ == "__main__":
