@@ -15,6 +15,7 @@ from qkv.runtime.choice import (
     fastest,
     step_shapes,
     time_greedy_steps,
+    with_plain_rows,
 )
 from qkv.runtime.packed import packing_available
 from tiny_models import tiny_model
@@ -58,6 +59,21 @@ def test_candidates_follow_the_flags_and_the_users_settings() -> None:
         assert candidates("bf16", None, AVX2) == [("bf16", False), ("bf16", True)]
 
 
+def test_packed_weights_take_one_row_plain_where_plain_decodes_one_row_faster() -> None:
+    timings = {
+        ("fp32", False): {1: 1.0, 32: 4.0},
+        ("fp32", True): {1: 1.5, 32: 2.0},
+        ("bf16", False): {1: 3.0, 32: 2.5},
+        ("bf16", True): {1: 2.0, 32: 2.2},  # its plain twin is slower at one row: no third path
+    }
+    paths = with_plain_rows(timings)
+    assert set(paths) == {(p, k, 0) for p, k in timings} | {("fp32", True, 1)}
+    assert paths["fp32", True, 1] == {1: 1.0, 32: 2.0}  # the twin at one row, packed at 32
+    assert fastest(paths) == ("fp32", True, 1)
+    del timings["fp32", False]  # only measured twins count
+    assert fastest(with_plain_rows(timings)) == ("fp32", True, 0)
+
+
 def test_fastest_weighs_one_row_and_32_rows_alike() -> None:
     timings = {
         ("fp32", False): {1: 1.0, 32: 4.0},
@@ -76,10 +92,13 @@ def test_choice_is_measured_once_and_cached_per_cpu_and_shape(tmp_path: Path) ->
              ("bf16", False): (0.5, 8.0), ("bf16", True): (0.6, 1.0)}
     measure, calls = fake_measure(times)
     path = choose_decoding_path(model, "cpu", flags=BF16, measure=measure, cache=cache)
-    assert (path.precision, path.pack) == ("bf16", True) and "measured now" in path.why
+    # bf16 plain decodes one row faster (0.5 against 0.6 s), packed 32 rows: packed, one row plain
+    assert (path.precision, path.pack, path.plain_rows) == ("bf16", True, 1)
+    assert "measured now" in path.why and "(plain for one row)" in path.why
     assert "bf16 packed 600.00 / 1000.00 ms" in path.why  # the times behind the choice, printed
     again = choose_decoding_path(model, "cpu", flags=BF16, measure=measure, cache=cache)
-    assert (again.precision, again.pack) == ("bf16", True) and "measured before" in again.why
+    assert (again.precision, again.pack, again.plain_rows) == ("bf16", True, 1)
+    assert "measured before" in again.why
     assert len(calls) == 1  # the second load read the verdict
     # a CPU without native bf16 has another key (and cannot take the cached bf16 verdict)
     path = choose_decoding_path(model, "cpu", flags=AVX2, measure=measure, cache=cache)

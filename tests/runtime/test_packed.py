@@ -90,3 +90,19 @@ def test_packing_frees_each_float_weight_as_it_goes() -> None:
 
     out = subprocess.run([sys.executable, "-c", PACK_PEAK], capture_output=True, text=True, check=True)
     assert float(out.stdout) < 40, out.stdout
+
+
+def test_packed_linear_with_plain_rows_multiplies_few_rows_by_the_plain_weight() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(32, 24)
+    both = PackedLinear(linear, plain_rows=1)
+    packed = PackedLinear(linear)
+    assert packed.weight is None and both.weight is not None  # the plain weight kept only if asked
+    with torch.inference_mode():
+        for x in (torch.randn(1, 1, 32), torch.randn(3, 2, 32)):
+            torch.testing.assert_close(both(x), linear(x), atol=1e-5, rtol=1e-5)
+        one, many = torch.randn(1, 32), torch.randn(2, 32)
+        assert torch.equal(both(one), torch.nn.functional.linear(one, linear.weight, linear.bias))
+        assert torch.equal(both(many), packed(many))  # two rows: the packed kernel
+    model = pack_linear_weights(tiny_model(), plain_rows=1)
+    assert all(m.plain_rows == 1 for m in model.modules() if isinstance(m, PackedLinear))

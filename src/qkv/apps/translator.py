@@ -129,14 +129,18 @@ class Translator:
                 raise ValueError(f"{d} holds a {name}; translation needs a Transformer")
             if isinstance(model, RNNSearch) and len(directories) > 1:
                 raise ValueError(f"{d} holds an RNNSearch; an ensemble takes Transformers only")
+            plain_rows = 0
             if quantize is None:
                 path = choose_decoding_path(model, device, precision, False if capture else pack)
                 pack, precision, why = path.pack, path.precision, path.why  # the next ones alike
+                plain_rows = path.plain_rows
             else:
                 why = f"decoding path: {quantize} linear layers (as set)"
             if capture:
                 why += "; the decoding step captured (compiled once, as set)"
-            models.append(prepare_for_decoding(model, device, quantize, pack, precision, capture))
+            models.append(
+                prepare_for_decoding(model, device, quantize, pack, precision, capture, plain_rows)
+            )
         tokenizer = SubwordTokenizer.load(directories[0])
         for d in directories[1:]:
             if not SubwordTokenizer.load(d).same_as(tokenizer):

@@ -5,14 +5,18 @@ float32, depends on the CPU and on the model's shape, not on a flag one can read
 weights win on an AVX-512 EPYC and lose 20% at one sentence on a Xeon (docs/benchmarks.md, "Default
 decoding path"). So `choose_decoding_path` decodes a few greedy steps with the model itself in each
 path the CPU supports, for 1 and for 32 sentences, and keeps the fastest: the one whose times, each
-divided by the best time at its row count, sum least. bf16 is a candidate only where the CPU
-multiplies it natively (`runtime.precision`); its BLEU is within 0.2 of float32's on every model in
-docs/results.md. A verdict is cached on disk per CPU model, torch version, thread count and shape
-(`cache_file()`), so a model is timed once per machine (a few seconds at the base shape).
+divided by the best time at its row count, sum least. Where plain weights decode one sentence faster
+and packed ones a batch, a third path takes both (`with_plain_rows`): packed layers that multiply
+one-row inputs by the plain weights, kept beside the packed ones (twice the weight memory). bf16 is
+a candidate only where the CPU multiplies it natively (`runtime.precision`); its BLEU is within
+0.2 of float32's on every model in docs/results.md. A verdict is cached on disk per CPU model,
+torch version, thread count and shape (`cache_file()`), so a model is timed once per machine (a
+few seconds at the base shape).
 
     path = choose_decoding_path(model, "cpu")   # what the user left open is measured
     print(path.why)                             # decoding path: bf16, packed weights (...)
-    prepare_for_decoding(model, "cpu", pack=path.pack, precision=path.precision)
+    prepare_for_decoding(model, "cpu", pack=path.pack, precision=path.precision,
+                         plain_rows=path.plain_rows)
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -36,15 +41,18 @@ ROWS = (1, 32)  # one sentence greedy; a batch
 # (precision, pack) -> {rows: seconds of greedy decoding a few tokens}
 Timings = dict[tuple[str, bool], dict[int, float]]
 Measure = Callable[[nn.Module, list[tuple[str, bool]]], Timings]
+Path_ = TypeVar("Path_", bound=tuple)
 
 
 @dataclass(frozen=True)
 class DecodingPath:
-    """A resolved decoding path: "fp32" or "bf16", packed or plain weights, and why (one line)."""
+    """A resolved decoding path: "fp32" or "bf16", packed or plain weights, and why (one line);
+    plain_rows: packed layers multiply inputs of at most that many rows by the plain weights."""
 
     precision: str
     pack: bool
     why: str
+    plain_rows: int = 0
 
 
 def cache_file() -> Path:
@@ -117,15 +125,30 @@ def time_greedy_steps(model: nn.Module, paths: list[tuple[str, bool]], steps: in
     return out
 
 
-def fastest(timings: Timings) -> tuple[str, bool]:
+def fastest(timings: dict[Path_, dict[int, float]]) -> Path_:
     """The path whose times, each divided by the best at its row count, sum least."""
     best = {rows: min(t[rows] for t in timings.values()) for rows in ROWS}
     return min(timings, key=lambda path: sum(timings[path][r] / best[r] for r in ROWS))
 
 
-def describe(path: tuple[str, bool], timings: Timings | None, source: str) -> str:
-    """The line printed about a choice: the path and the step times behind it."""
-    name = f"{path[0]}, {'packed' if path[1] else 'plain'} weights"
+def with_plain_rows(timings: Timings) -> dict[tuple[str, bool, int], dict[int, float]]:
+    """The measured paths as (precision, pack, 0), and for each packed path whose plain twin
+    decoded one row faster, (precision, True, 1): packed weights with one-row inputs multiplied by
+    the plain ones (both kept), timed as the twin at one row and the packed path at more."""
+    out = {(p, k, 0): t for (p, k), t in timings.items()}
+    for (p, packed), t in timings.items():
+        plain = timings.get((p, False))
+        if packed and plain is not None and plain[1] < t[1]:
+            out[p, True, 1] = {**t, 1: plain[1]}
+    return out
+
+
+def describe(path: tuple, timings: Timings | None, source: str) -> str:
+    """The line printed about a choice, path (precision, pack[, plain_rows]), and the step times
+    behind it."""
+    weights = "packed" if path[1] else "plain"
+    one_row = " (plain for one row)" if len(path) > 2 and path[2] else ""
+    name = f"{path[0]}, {weights} weights{one_row}"
     if not timings:
         return f"decoding path: {name} ({source})"
     times = "; ".join(
@@ -192,13 +215,14 @@ def choose_decoding_path(
     cache = cache_file() if cache is None else cache
     verdict = _read_cache(cache).get(key)
     if isinstance(verdict, dict):
-        chosen = (verdict.get("precision"), verdict.get("pack"))
-        if chosen in paths:
-            return DecodingPath(*chosen, describe(chosen, None, f"measured before, {cache}"))
+        chosen = (verdict.get("precision"), verdict.get("pack"), verdict.get("plain_rows", 0))
+        if chosen[:2] in paths and chosen[2] in (0, 1):
+            why = describe(chosen, None, f"measured before, {cache}")
+            return DecodingPath(chosen[0], chosen[1], why, chosen[2])
     timings = (measure or time_greedy_steps)(model, paths)
-    chosen = fastest(timings)
-    _write_cache(cache, key, {"precision": chosen[0], "pack": chosen[1]})
-    return DecodingPath(*chosen, describe(chosen, timings, "measured now"))
+    chosen = fastest(with_plain_rows(timings))
+    _write_cache(cache, key, dict(zip(("precision", "pack", "plain_rows"), chosen, strict=True)))
+    return DecodingPath(chosen[0], chosen[1], describe(chosen, timings, "measured now"), chosen[2])
 
 
 __all__ = [
@@ -209,4 +233,5 @@ __all__ = [
     "fastest",
     "step_shapes",
     "time_greedy_steps",
+    "with_plain_rows",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from functools import cache
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -50,7 +51,7 @@ class PackedLinear(nn.Module):
     x (..., in_features) -> (..., out_features).
     """
 
-    def __init__(self, linear: nn.Linear, batch_hint: int = 32) -> None:
+    def __init__(self, linear: nn.Linear, batch_hint: int = 32, plain_rows: int = 0) -> None:
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
@@ -59,22 +60,28 @@ class PackedLinear(nn.Module):
             linear.weight.detach(), batch_hint
         )
         self.bias = None if linear.bias is None else linear.bias.detach()
+        # inputs of at most `plain_rows` rows multiply the weight as stored (where that is faster)
+        self.plain_rows = plain_rows
+        self.weight = linear.weight.detach() if plain_rows else None
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.weight is not None and x.numel() <= self.plain_rows * self.in_features:
+            return F.linear(x, self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"bias={self.bias is not None}"
+            f"bias={self.bias is not None}, plain_rows={self.plain_rows}"
         )
 
 
-def pack_linear_weights(model: nn.Module) -> nn.Module:
+def pack_linear_weights(model: nn.Module, plain_rows: int = 0) -> nn.Module:
     """Replace every `nn.Linear` of `model` (in place) by a `PackedLinear`; return it in eval mode.
 
     The float weights of the replaced layers are released (a tied output projection gets its own
-    packed copy; the embedding it was tied to stays).
+    packed copy; the embedding it was tied to stays), unless `plain_rows`: then each layer keeps
+    them too (twice the weight memory) and multiplies inputs of at most that many rows by them.
     """
     dtypes = (torch.float32, torch.bfloat16)
     if any(p.device.type != "cpu" or p.dtype not in dtypes for p in model.parameters()):
@@ -93,7 +100,7 @@ def pack_linear_weights(model: nn.Module) -> nn.Module:
         if type(child) is nn.Linear
     ]
     for parent, name in places:
-        setattr(parent, name, PackedLinear(getattr(parent, name)))
+        setattr(parent, name, PackedLinear(getattr(parent, name), plain_rows=plain_rows))
     return model.eval()
 
 

@@ -23,6 +23,7 @@ def prepare_for_decoding(
     pack: bool | None = None,
     precision: str = "fp32",
     capture: bool = False,
+    plain_rows: int = 0,
 ) -> nn.Module:
     """The model as decoding runs it, changed in place and put in eval mode.
 
@@ -37,6 +38,11 @@ def prepare_for_decoding(
     once, embeddings and output projection included, before packing; the search takes its
     log-probabilities in fp32 from the bf16 logits. int8 keeps its own kernels: with int8, "auto"
     means fp32 and "bf16" is refused.
+
+    capture: the decoder's cached one-token steps run compiled (`runtime.captured`), the weights
+    frozen into the program (packing is left to the compiler); int8 there is `Int8Linear`.
+    plain_rows: packed layers multiply inputs of at most that many rows by the weights as stored,
+    kept beside the packed ones (`runtime.choice` sets it where one row runs faster so).
     """
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
@@ -57,7 +63,7 @@ def prepare_for_decoding(
     dtype = next(model.parameters()).dtype
     on_cpu = torch.device(device).type == "cpu"
     if pack or (pack is None and on_cpu and packing_available(dtype)):
-        return pack_linear_weights(model)
+        return pack_linear_weights(model, plain_rows)
     return model
 
 
