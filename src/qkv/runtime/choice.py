@@ -211,7 +211,9 @@ def choose_decoding_path(
     if len(paths) == 1:
         return DecodingPath(*paths[0], describe(paths[0], None, "as set"))
     shapes = step_shapes(model)
-    key = cache_key(shapes, flags)
+    # a verdict among fewer paths (the user fixed one setting) is not one among all
+    among = ",".join(f"{p}{'+pack' if k else ''}" for p, k in paths)
+    key = f"{cache_key(shapes, flags)} | {among}"
     cache = cache_file() if cache is None else cache
     verdict = _read_cache(cache).get(key)
     if isinstance(verdict, dict):
