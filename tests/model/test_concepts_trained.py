@@ -26,6 +26,8 @@ from qkv.decode import greedy
 from qkv.model import AttentionWeights, padding_mask
 from qkv.model.rnn import RNNSearch
 
+pytestmark = pytest.mark.slow  # each test trains small models (about 45 s for the file)
+
 BOS, EOS, SYMBOLS, LENGTH = 2, 3, 10, 6
 
 
