@@ -94,12 +94,17 @@ def test_concepts_page_names_tests_that_exist() -> None:
 
 
 def test_sinusoid_dot_has_shoulders_before_it_first_rises_at_44() -> None:
-    """sinusoid_dot.png: the ripples below k = 44 are shoulders (the fall slows, never turns); f
-    first rises at 44 by 0.012 on 134.76, then again at 50, 56, 62."""
+    """sinusoid_dot.png: f(k) = PE(p) . PE(p + k) = sum_i cos(w_i k) (the float64 oracle, summed
+    over the 256 frequencies w_i = 10000^(-2i/512)); the ripples below k = 44 are shoulders (the
+    fall slows, never turns); f first rises at 44 by 0.012, then again at 50, 56, 62."""
     f = sinusoid_dot(512, 120)
+    w = 10000.0 ** (-np.arange(256) * 2 / 512)
+    oracle = np.cos(np.outer(np.arange(121), w)).sum(axis=1)
+    assert np.abs(f.double().numpy() - oracle).max() < 1e-3
     step = offset_steps(f)
     assert rises(f)[:4] == [44, 50, 56, 62]
-    assert abs(float(step[43]) - 0.0117) < 1e-3 and abs(float(f[44]) - 134.770) < 1e-3
+    assert [int(k) + 1 for k in np.flatnonzero(np.diff(oracle) > 0)[:4]] == [44, 50, 56, 62]
+    assert abs(float(step[43]) - (oracle[44] - oracle[43])) < 1e-3 and 0.005 < float(step[43]) < 0.02
     assert bool((step[:43] < 0).all())
     shoulders = [7, 13, 19, 25, 31, 38]  # local peaks of the step, all below 0
     assert all(
