@@ -10,17 +10,17 @@ import torch
 from PIL import Image
 
 from qkv.apps.cli import main
-from qkv.apps.figures import (
-    ALL_FIGURES,
-    crossover_length,
-    draw_norms,
+from qkv.apps.figures import ALL_FIGURES, make_figures
+from qkv.apps.figures.attention import draw_norms
+from qkv.apps.figures.cost import crossover_length, layer_flops
+from qkv.apps.figures.positions import (
     draw_rope_score,
-    layer_flops,
-    make_figures,
+    offset_steps,
+    rises,
+    sinusoid_at,
     sinusoid_dot,
     sinusoid_rows,
 )
-from qkv.apps.figures.positions import offset_steps, rises, sinusoid_at
 from qkv.model.positions import relative_position_bucket
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,39 +22,20 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from .attention import (
-    TEMPERATURE_SCORES,
     draw_masks,
     draw_nadaraya_watson,
     draw_norms,
     draw_scaling,
     draw_temperature,
-    norm_outputs,
-    padded_embeddings,
-    scaling_statistics,
-    temperature_weights,
 )
-from .common import DPI, PAD, seeded
-from .cost import (
-    attention_cost,
-    best_time,
-    crossover_length,
-    draw_complexity,
-    draw_schedule,
-    layer_flops,
-    peak_bytes,
-    quiet_stderr,
-    slope_guide,
-)
-from .demo import DEMO_NUMBERS, draw_demo_attention, train_demo_model
+from .common import DPI, seeded
+from .cost import draw_complexity, draw_schedule
+from .demo import draw_demo_attention, train_demo_model
 from .positions import (
     draw_relative_positions,
     draw_rope_score,
     draw_sinusoid_dot,
     draw_sinusoidal,
-    first_rise,
-    rope_scores,
-    sinusoid_dot,
-    sinusoid_rows,
 )
 
 # --- the command ------------------------------------------------------------------------------
@@ -121,43 +102,4 @@ def make_figures(
     return paths
 
 
-__all__ = [
-    "ALL_FIGURES",
-    "DEMO_FIGURE",
-    "DEMO_NUMBERS",
-    "DPI",
-    "FIGURES",
-    "PAD",
-    "TEMPERATURE_SCORES",
-    "attention_cost",
-    "best_time",
-    "crossover_length",
-    "draw_complexity",
-    "draw_demo_attention",
-    "draw_masks",
-    "draw_nadaraya_watson",
-    "draw_norms",
-    "draw_relative_positions",
-    "draw_rope_score",
-    "draw_scaling",
-    "draw_schedule",
-    "draw_sinusoid_dot",
-    "draw_sinusoidal",
-    "draw_temperature",
-    "first_rise",
-    "layer_flops",
-    "make_figures",
-    "norm_outputs",
-    "padded_embeddings",
-    "peak_bytes",
-    "quiet_stderr",
-    "rope_scores",
-    "save",
-    "scaling_statistics",
-    "seeded",
-    "sinusoid_dot",
-    "sinusoid_rows",
-    "slope_guide",
-    "temperature_weights",
-    "train_demo_model",
-]
+__all__ = ["ALL_FIGURES", "DEMO_FIGURE", "FIGURES", "make_figures", "save"]
