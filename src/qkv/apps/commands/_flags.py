@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...decode.options import DecodeOptions
-from ...runtime.options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
+from ...runtime.options import RuntimeOptions
 from ...runtime.precision import PRECISIONS
 from ...runtime.quantize import QUANTIZATIONS
 from ..glossary import Glossary
@@ -90,6 +90,8 @@ def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
     return RuntimeOptions(**given)
 
 
+RUNTIME_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RuntimeOptions)}
+
 FLAGS: dict[str, dict[str, Any]] = {  # flag -> its add_argument keywords
     "--model": {
         "required": True,
@@ -98,15 +100,18 @@ FLAGS: dict[str, dict[str, Any]] = {  # flag -> its add_argument keywords
         "each further model of an ensemble (same tokenizer): their probabilities are averaged",
     },
     "--input": {"help": "UTF-8 text file (.gz allowed); default: stdin"},
-    "--device": {"default": "cpu", "help": "cpu, cuda, cuda:1, mps, ... (default: cpu)"},
+    "--device": {
+        "default": RUNTIME_DEFAULTS["device"],
+        "help": "cpu, cuda, cuda:1, mps, ... (default: %(default)s)",
+    },
     "--batch-tokens": {
         "type": int,
-        "default": DEFAULT_BATCH_TOKENS,
+        "default": RUNTIME_DEFAULTS["batch_tokens"],
         "help": "most padded source tokens in a batch (default: %(default)s)",
     },
     "--max-src-tokens": {
         "type": int,
-        "default": DEFAULT_MAX_SRC_TOKENS,
+        "default": RUNTIME_DEFAULTS["max_src_tokens"],
         "help": "longer source lines are truncated, with a warning; learned positions: at most "
         "max_positions (default: %(default)s)",
     },
@@ -116,14 +121,14 @@ FLAGS: dict[str, dict[str, Any]] = {  # flag -> its add_argument keywords
     },
     "--precision": {  # --precision and --pack left at auto: measured on this CPU (runtime.choice)
         "choices": PRECISIONS,
-        "default": "auto",
+        "default": RUNTIME_DEFAULTS["precision"],
         "help": "weights and compute: fp32, bf16, or auto (the faster of the two on this device; "
         "bf16 only where it is native: AVX512_BF16/AMX CPU, CUDA with bf16) "
         "(default: %(default)s)",
     },
     "--pack": {
         "action": argparse.BooleanOptionalAction,
-        "default": None,
+        "default": RUNTIME_DEFAULTS["pack"],
         "help": "linear weights packed for oneDNN (--pack) or kept as nn.Linear (--no-pack) "
         "(default: the faster on this CPU, measured once and cached)",
     },
@@ -140,7 +145,7 @@ FLAGS: dict[str, dict[str, Any]] = {  # flag -> its add_argument keywords
     },
     "--workers": {
         "type": int,
-        "default": 1,
+        "default": RUNTIME_DEFAULTS["workers"],
         "help": "batches decoded at once: on a CPU, forked processes of one thread each (give as "
         "many as cores; threads where the system does not fork) (default: %(default)s)",
     },
