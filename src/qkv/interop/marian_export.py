@@ -70,9 +70,11 @@ from ..modeldir import (
     load_model_dir,
 )
 from .marian import marian_permutation
+from .marian_config import ACTIVATIONS as IMPORTED
 
 QUANTIZATIONS = (None, "float32")
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish"}  # qkv -> Marian
+# qkv -> Marian: the import's table turned round, Marian's "swish" kept for SiLU (it comes first)
+ACTIVATIONS = {qkv: marian for marian, qkv in reversed(IMPORTED.items())}
 MARIAN_NORM_EPS = 1e-5  # Marian's nn.LayerNorm(d_model) uses torch's default
 
 
