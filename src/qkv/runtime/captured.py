@@ -4,15 +4,16 @@ At batch 1 a decoding step is a few hundred small operations (36 linear layers, 
 norms and residuals, the positions), and in eager PyTorch each pays Python and dispatch costs that
 dwarf its arithmetic. `CapturedDecoder` takes the place of a model's `Decoder` (swapped in from
 outside, `capture_decoder`) and runs that step through `torch.compile` (TorchInductor, C++ wrapper,
-frozen weights, shapes symbolic so one compilation serves every batch, source length and cache
-size). The step reads and writes the model's own `DecoderCache`: each layer's new key and value go
-into the cache's buffer in place, and attention reads the whole buffer with the positions not yet
-written masked out. Everything else, the first call of a prefix, attention weights, training,
-runs the readable `Decoder` it wraps, unchanged.
+frozen weights, shapes symbolic: one compilation per family of shapes, one row or several, beams
+sharing a memory row or not, serves every batch, source length and cache size). The step reads
+and writes the model's own `DecoderCache`: each layer's new key and value go into the cache's
+buffer in place, and attention reads the whole buffer with the positions not yet written masked
+out. Everything else, the first call of a prefix, attention weights, training, runs the readable
+`Decoder` it wraps, unchanged.
 
 int8 (`Int8Linear`): weights quantized per output row, the activations per row at run time (the
-scheme CTranslate2 uses), multiplied by `torch._int_mm`. Fast for one row a step (greedy decoding of
-one sentence), slow for several: docs/benchmarks.md has the measurements.
+scheme CTranslate2 uses), multiplied by `torch._int_mm`, whose cost grows with the rows: it gains
+most for greedy decoding of one sentence (docs/benchmarks.md, "A captured decoding step").
 
 The compilation costs seconds once per process (TorchInductor caches its work on disk, in
 `TORCHINDUCTOR_CACHE_DIR`); a model served or decoding many sentences amortises it.
