@@ -8,6 +8,7 @@ this machine and prints a markdown table (docs/concepts.md, "The variants, measu
     python benchmarks/variants.py exposure-bias --steps 3000 --points 10
     python benchmarks/variants.py heads --steps 1500
     python benchmarks/variants.py norms --steps 1500 --depth 6
+    python benchmarks/variants.py ffn --steps 1500
     python benchmarks/variants.py lm --budget 1800 --data-dir ../shared/data
     python benchmarks/variants.py classify --steps 800 --data-dir ../shared/data
 
@@ -66,7 +67,7 @@ MULTI30K = {"src_lang": "de", "tgt_lang": "en", "valid_bleu": False, "valid_metr
 DEFAULTS = {  # table -> (budget seconds per variant, steps per variant): one of them is used
     "transformer-vs-rnn": (900, None), "scores": (None, 1500), "positions": (None, 1500),
     "extrapolation": (None, 3000), "exposure-bias": (None, 3000), "heads": (None, 1500),
-    "norms": (None, 1500), "lm": (1800, None), "classify": (None, 800),
+    "norms": (None, 1500), "ffn": (None, 1500), "lm": (1800, None), "classify": (None, 800),
 }
 
 
@@ -192,18 +193,27 @@ def datasets(args: argparse.Namespace) -> list[str]:
     return ["synthetic", "multi30k"] if args.data_dir else ["synthetic"]
 
 
-def compare(run: Run, variants: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each variant (name -> recipe overrides) on each dataset: trained, then scored greedily. On
-    the synthetic task with --seeds N: N runs (seeds seed, seed + 1, ...; each seed its own data
-    split, shared by the variants), the medians and every run's score."""
+def seeds(run: Run) -> range:
+    """The seeds of a synthetic variant: --seed, --seed + 1, ... (--seeds of them)."""
+    return range(run.args.seed, run.args.seed + run.args.seeds)
+
+
+Overrides = dict[str, Any] | Callable[[str], dict[str, Any]]  # fixed, or per dataset
+
+
+def compare(run: Run, variants: dict[str, Overrides]) -> list[dict[str, Any]]:
+    """Each variant (name -> recipe overrides, or a function of the dataset giving them) on each
+    dataset: trained, then scored greedily. On the synthetic task with --seeds N: N runs (each
+    seed its own data split, shared by the variants), the medians and every run's score."""
     rows = []
     for data in datasets(run.args):
-        seeds = range(run.args.seed, run.args.seed + (run.args.seeds if data == "synthetic" else 1))
-        for name, overrides in variants.items():
+        data_seeds = seeds(run) if data == "synthetic" else range(run.args.seed, run.args.seed + 1)
+        for name, spec in variants.items():
             runs = []
-            for seed in seeds:
+            for seed in data_seeds:
+                overrides = spec(data) if callable(spec) else spec
                 recipe = run.recipe(data, seed=seed, **overrides)
-                suffix = f"-seed{seed}" if len(seeds) > 1 else ""
+                suffix = f"-seed{seed}" if len(data_seeds) > 1 else ""
                 result = run.train(f"{data}-{name}{suffix}", recipe)
                 if data == "synthetic":
                     src, ref = synthetic_test(recipe, run.args.n_test)
@@ -215,24 +225,49 @@ def compare(run: Run, variants: dict[str, dict[str, Any]]) -> list[dict[str, Any
     return rows
 
 
-def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One row of a variant's runs: each number's median; with several runs, every run's score
-    (exact match or BLEU) too."""
+def median_row(runs: list[dict[str, Any]],
+               per_seed: Sequence[str] = ("exact_match", "bleu", "valid_loss")
+               ) -> dict[str, Any]:
+    """One row of a variant's runs: each number's median; with several runs, every run's value
+    of the `per_seed` columns too (the spread), as "a / b / c"."""
     row = dict(runs[0])
     for key, value in row.items():
         if isinstance(value, int | float) and key != "params":
             median = statistics.median(r[key] for r in runs if r[key] is not None)
             row[key] = int(median) if isinstance(value, int) else round(median, 4)
     if len(runs) > 1:
-        metric = "exact_match" if "exact_match" in row else "bleu"
         row["seeds"] = len(runs)
-        row[f"{metric}_per_seed"] = " / ".join(f"{r[metric]:g}" for r in runs)
+        for column in per_seed:
+            if row.get(column) is not None:
+                row[f"{column}_per_seed"] = " / ".join(f"{r[column]:g}" for r in runs)
     return row
 
 
+MATCHED_GRU_WIDTH = {"synthetic": 92, "multi30k": 192}  # one GRU layer each side: ~ the Transformer
+
+
 def table_transformer_vs_rnn(run: Run) -> list[dict[str, Any]]:
-    rnn = {"model": {"arch": "rnn", "n_encoder_layers": 1, "n_decoder_layers": 1}}
-    return compare(run, {"transformer": {}, "gru-bahdanau": rnn})
+    """The Transformer, the GRU + Bahdanau with one layer each side at the Transformer's width, and
+    the same GRU widened to about the Transformer's parameter count (synthetic: 175k vs 173k;
+    Multi30k: 2.64M vs 2.61M)."""
+    rnn = {"arch": "rnn", "n_encoder_layers": 1, "n_decoder_layers": 1}
+
+    def matched(data: str) -> dict[str, Any]:
+        return {"model": {**rnn, "d_model": MATCHED_GRU_WIDTH[data]}}
+
+    return compare(run, {"transformer": {}, "gru-bahdanau": {"model": rnn},
+                         "gru-bahdanau-matched": matched})
+
+
+def table_ffn(run: Run) -> list[dict[str, Any]]:
+    """The position-wise feed-forward network's width d_ff: 0 (the sub-layer adds only its bias:
+    no FFN), d_model, 2 d_model (the tiny preset's) and 4 d_model (the paper's ratio)."""
+    width = {"synthetic": 64, "multi30k": 128}
+
+    def ffn(ratio: int) -> Callable[[str], dict[str, Any]]:
+        return lambda data: {"model": {"d_ff": ratio * width[data]}}
+
+    return compare(run, {f"d_ff-{r}d": ffn(r) for r in (0, 1, 2, 4)})
 
 
 def table_scores(run: Run) -> list[dict[str, Any]]:
@@ -265,17 +300,22 @@ def table_norms(run: Run) -> list[dict[str, Any]]:
 
 def table_extrapolation(run: Run) -> list[dict[str, Any]]:
     """Trained on up to 6 digits (zh words); on held-out 6-digit numbers and on random 7-, 8- and
-    9-digit ones, per positional scheme: exact match and character accuracy."""
-    tests = extrapolation_tests(run.args.seed, run.args.n_test)
+    9-digit ones, per positional scheme: exact match and character accuracy (with --seeds N, the
+    medians and every seed's 6-digit exact match and 7-, 8-digit character accuracy)."""
     rows = []
     for name in POSITIONS:
-        recipe = run.recipe("synthetic", synthetic_target="zh", vocab_size=500,
-                            model={"positional": name})
-        result = run.train(name, recipe)
-        src, ref = synthetic_test(recipe, run.args.n_test)
-        six = [(s, r) for s, r in zip(src, ref, strict=True) if len(s.split()) == 6]
-        tests[6] = [s for s, _ in six], [r for _, r in six]
-        rows.append({**result, **extrapolation_scores(result["dir"], tests)})
+        runs = []
+        for seed in seeds(run):
+            tests = extrapolation_tests(seed, run.args.n_test)
+            recipe = run.recipe("synthetic", synthetic_target="zh", vocab_size=500, seed=seed,
+                                model={"positional": name})
+            result = run.train(name + (f"-seed{seed}" if run.args.seeds > 1 else ""), recipe)
+            src, ref = synthetic_test(recipe, run.args.n_test)
+            six = [(s, r) for s, r in zip(src, ref, strict=True) if len(s.split()) == 6]
+            tests[6] = [s for s, _ in six], [r for _, r in six]
+            runs.append({**result, **extrapolation_scores(result["dir"], tests)})
+        rows.append({**median_row(runs, ("exact_6_digits", "chars_7_digits", "chars_8_digits")),
+                     "variant": name})
     return rows
 
 
@@ -316,10 +356,21 @@ def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
 
 
 def table_exposure_bias(run: Run) -> list[dict[str, Any]]:
-    """One run, a checkpoint every steps / points updates; each checkpoint scored on the test
-    split by teacher forcing (token accuracy, whole sentences right) and by greedy decoding (whole
-    sentences right, and its token accuracy: 1 - token edit distance / reference tokens, the
-    tokens it gets right when it feeds on its own output)."""
+    """One run per seed, a checkpoint every steps / points updates, each scored (see
+    `exposure_rows`); with --seeds N, per checkpoint the medians and every seed's teacher-forced
+    and greedy token accuracy."""
+    if run.steps is None:
+        raise ValueError("exposure-bias counts updates: give --steps")
+    per_seed = [exposure_rows(run, seed) for seed in seeds(run)]
+    return [median_row(list(runs), ("tf_token_acc", "greedy_token_acc"))
+            for runs in zip(*per_seed, strict=True)]
+
+
+def exposure_rows(run: Run, seed: int) -> list[dict[str, Any]]:
+    """One run of `seed`, each checkpoint scored on the test split by teacher forcing (token
+    accuracy, whole sentences right) and by greedy decoding (whole sentences right, and its token
+    accuracy: 1 - token edit distance / reference tokens, the tokens it gets right when it feeds
+    on its own output)."""
     import torch
 
     from qkv.apps.translator import Translator
@@ -329,12 +380,10 @@ def table_exposure_bias(run: Run) -> list[dict[str, Any]]:
     from qkv.modeldir import WEIGHTS_FILE, load_model_dir, load_weights
     from qkv.train.checkpoints import list_checkpoints
 
-    if run.steps is None:
-        raise ValueError("exposure-bias counts updates: give --steps")
     every = max(1, run.steps // run.args.points)
-    recipe = run.recipe("synthetic", valid_every=every, log_every=every,
+    recipe = run.recipe("synthetic", valid_every=every, log_every=every, seed=seed,
                         keep_checkpoints=run.args.points + 1)
-    result = run.train("exposure-bias", recipe)
+    result = run.train("exposure-bias" + (f"-seed{seed}" if run.args.seeds > 1 else ""), recipe)
     src, ref = synthetic_test(recipe, run.args.n_test)
     tok = SubwordTokenizer.load(result["dir"])
     model = load_model_dir(result["dir"]).eval()
@@ -451,12 +500,12 @@ def table_classify(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
-COMPARED = ("transformer-vs-rnn", "scores", "positions", "heads", "norms")  # synthetic + Multi30k
+COMPARED = ("transformer-vs-rnn", "scores", "positions", "heads", "norms", "ffn")  # + Multi30k
 TABLES: dict[str, Callable[[Run], list[dict[str, Any]]]] = {
     "transformer-vs-rnn": table_transformer_vs_rnn, "scores": table_scores,
     "positions": table_positions, "extrapolation": table_extrapolation,
     "exposure-bias": table_exposure_bias, "heads": table_heads, "norms": table_norms,
-    "lm": table_lm, "classify": table_classify,
+    "ffn": table_ffn, "lm": table_lm, "classify": table_classify,
 }
 
 
@@ -495,7 +544,8 @@ def main() -> int:
     p.add_argument("--points", type=int, default=10, help="exposure-bias: checkpoints scored")
     p.add_argument("--depth", type=int, default=6, help="norms: encoder and decoder layers")
     p.add_argument("--seeds", type=int, default=1,
-                   help="synthetic variants of the compared tables: runs per variant (medians)")
+                   help="synthetic variants (compared tables, extrapolation, exposure-bias): "
+                        "runs per variant, seeds --seed, --seed + 1, ... (medians and spread)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args()
@@ -513,7 +563,7 @@ def main() -> int:
         limit_text += f", {args.multi30k_steps} on Multi30k"
     elif run.budget and args.multi30k_budget and args.data_dir and args.table in COMPARED:
         limit_text += f", {args.multi30k_budget:g} s on Multi30k"
-    if args.seeds > 1 and args.table in COMPARED:
+    if args.seeds > 1 and args.table in (*COMPARED, "extrapolation", "exposure-bias"):
         limit_text += f"; {args.seeds} seeds per synthetic variant (medians)"
     print(f"### {args.table}\n")
     print(f"command: `python {shlex.join(['benchmarks/variants.py', *sys.argv[1:]])}`  ")

@@ -145,7 +145,7 @@ class TransformerConfig:
     d_model: int = 512
     n_heads: int = 8
     n_kv_heads: int | None = None  # None: = n_heads; 1: multi-query; else grouped-query
-    d_ff: int = 2048
+    d_ff: int = 2048  # 0: the feed-forward sub-layer adds only its bias b_2 (the FFN ablation)
     n_encoder_layers: int = 6
     n_decoder_layers: int = 6
     # regularisation (paper: P_drop on sub-layer outputs, embeddings + positions)
@@ -200,8 +200,9 @@ class TransformerConfig:
 
     def _check_sizes(self) -> None:
         """Sizes, counts and rates."""
-        for name in ("src_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
+        for name in ("src_vocab_size", "d_model", "n_heads", "max_positions"):
             _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        _check(self.d_ff >= 0, f"d_ff must be >= 0, got {self.d_ff}")
         _check(
             self.target_vocab_size > 0,
             f"tgt_vocab_size must be positive, got {self.tgt_vocab_size}",

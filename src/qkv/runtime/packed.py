@@ -92,12 +92,13 @@ def pack_linear_weights(model: nn.Module, plain_rows: int = 0) -> nn.Module:
             f"this torch build or CPU cannot pack {dtype} linear weights for oneDNN; "
             "decode unpacked"
         )
-    # (parent, name) pairs, not the layers themselves: each float weight is freed once it is packed
+    # (parent, name) pairs, not the layers themselves: each float weight is freed once it is packed;
+    # an empty layer (d_ff 0, the FFN ablation) has nothing to pack
     places = [
         (parent, name)
         for parent in model.modules()
         for name, child in parent.named_children()
-        if type(child) is nn.Linear
+        if type(child) is nn.Linear and child.weight.numel() > 0
     ]
     for parent, name in places:
         setattr(parent, name, PackedLinear(getattr(parent, name), plain_rows=plain_rows))
