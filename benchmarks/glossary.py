@@ -3,12 +3,13 @@
     python benchmarks/glossary.py --model runs/quality/multi30k-en-de-small-avg \
         --data-dir ../shared/data --out docs/results/glossary.json
 
-Multi30k en→de, test_2016_flickr. The glossary is extracted from the test set's reference side:
+Multi30k en→de, test_2016_flickr (--split val: the validation split, to choose settings). The
+glossary is extracted from the evaluated split's reference side:
 for each source word, the target word it goes with most often in the training data (Dice
 coefficient over sentence pairs, at least --dice); a pair is a term when the source word is rare in
 training (in at most --rare training sentences, where a model errs most) and its target word occurs
 in the reference of a test sentence holding the source word. The model never sees the glossary.
-Two ways to use it, each decoding the test set with beam search (--beam, --alpha) without and
+Two ways to use it, each decoding the split with beam search (--beam, --alpha) without and
 with the terms (lexically constrained beam search, as `qkv translate --glossary` runs it):
 
 - one_glossary: the whole glossary for every sentence, as a user's terms file is used: a
@@ -38,6 +39,7 @@ import torch
 
 from qkv.apps.glossary import Glossary
 from qkv.apps.translator import Translator
+from qkv.decode import constrained
 from qkv.decode.options import DecodeOptions
 
 WORD = re.compile(r"\w+")
@@ -192,12 +194,18 @@ def main() -> int:
     p.add_argument("--dice", type=float, default=0.3)
     p.add_argument("--rare", type=int, default=100)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--split", default="test_2016_flickr",
+                   help="the split evaluated (val: to choose settings)")
+    p.add_argument("--length-slack", type=int, default=constrained.LENGTH_SLACK,
+                   help="tokens a constrained translation may add past the plain one's and its "
+                        "terms' (a large value: no bound)")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args()
     torch.set_num_threads(1)
     data = Path(args.data_dir)
     train = read(data, "train", "en"), read(data, "train", "de")
-    src, refs = read(data, "test_2016_flickr", "en"), read(data, "test_2016_flickr", "de")
+    src, refs = read(data, args.split, "en"), read(data, args.split, "de")
+    constrained.LENGTH_SLACK = args.length_slack
     glossary = extract(train, (src, refs), args.dice, args.rare)
     translator = Translator.load(args.model)
     options = DecodeOptions(beam=args.beam, alpha=args.alpha)
@@ -207,6 +215,8 @@ def main() -> int:
         "alpha": args.alpha,
         "dice": args.dice,
         "rare": args.rare,
+        "split": args.split,
+        "length_slack": args.length_slack,
         "terms": len(glossary.terms),
         "decoding_path": translator.decoding_path,
         "one_glossary": run(

@@ -163,3 +163,31 @@ def test_a_translation_that_holds_its_terms_is_kept() -> None:
     got = search_with_constraints(model, src, [[own], [[10, 11]]], 4)
     assert got[0][0].tokens == plain[0][0].tokens and got[0][0].score == plain[0][0].score
     assert holds(got[1][0].tokens, [[10, 11]]) and not holds(plain[1][0].tokens, [[10, 11]])
+
+
+def test_a_constrained_search_writes_at_most_the_plain_length_and_its_terms(monkeypatch) -> None:
+    """A row searched again under its constraints may write at most the plain translation's tokens,
+    its constraint tokens and LENGTH_SLACK more (a given max_len lower than that still holds); a
+    length penalty would otherwise reward rambling before the forced term."""
+    import qkv.decode.constrained as constrained
+
+    model = tiny_model(seed=2)
+    src = batch(random_sources(3, seed=4))
+    plain = beam_search(model, src, beam=4, alpha=1.5)
+    terms = [[[10, 11]], [[12], [13, 14]], []]
+    assert not any(holds(p[0].tokens, t) for p, t in zip(plain, terms, strict=True) if t)
+    limits = []
+    search = constrained.constrained_beam_search
+
+    def recorded(*args: object, max_len: torch.Tensor, **kwargs: object) -> object:
+        limits.append(max_len.tolist())
+        return search(*args, max_len=max_len, **kwargs)
+
+    monkeypatch.setattr(constrained, "constrained_beam_search", recorded)
+    got = constrained.search_with_constraints(model, src, terms, 4, alpha=1.5)
+    caps = [len(plain[r][0].tokens) + n + constrained.LENGTH_SLACK for r, n in ((0, 2), (1, 3))]
+    assert limits == [caps]
+    for row, cap in zip((0, 1), caps, strict=True):
+        assert holds(got[row][0].tokens, terms[row]) and len(got[row][0].tokens) <= cap
+    constrained.search_with_constraints(model, src, terms, 4, max_len=6, alpha=1.5)
+    assert limits[1] == [min(6, c) for c in caps]

@@ -6,7 +6,11 @@ target terms), by dynamic beam allocation (Post & Vilar, 2018), batched.
 
 `search_with_constraints` (what `search.run` and a glossary use) runs beam search first and the
 constrained search only for the rows whose best translation lacks a term: a translation that
-already holds its terms is kept as it is.
+already holds its terms is kept as it is. A term takes the place of words the plain translation
+has, so the constrained search of a row may write at most the plain translation's tokens, its
+constraint tokens and LENGTH_SLACK more: without that bound a length penalty (alpha > 0) lets a
+hypothesis spread a forced term's low log-probability over more and more tokens, and the
+hypotheses that ramble before placing the term win.
 
 Each hypothesis carries how far it has come through its sentence's constraints (`Progress`): which
 constraints it holds, and how many tokens of one it is in the middle of. A candidate's bank is the
@@ -41,6 +45,7 @@ from .rows import Abandoned, Hypothesis, Rows, constrain, kept_rows
 
 Constraints = list[list[int]]  # one sentence's: token sequences its output must contain
 MIN_PER_BANK = 2  # the fewest hypotheses a bank may hold (`search_width`)
+LENGTH_SLACK = 4  # tokens a constrained translation may add past the plain one's and its terms'
 
 
 @dataclass(frozen=True)
@@ -347,8 +352,9 @@ def search_with_constraints(
     **search: object,
 ) -> list[list[Hypothesis]]:
     """Beam search, then `constrained_beam_search` for the rows whose best hypothesis lacks one
-    of its constraints: a sentence whose translation already holds its terms keeps it, ids and
-    scores. `search`: alpha, nbest, min_len, use_cache."""
+    of its constraints, each at most that hypothesis's length + its constraint tokens +
+    LENGTH_SLACK: a sentence whose translation already holds its terms keeps it, ids and scores.
+    `search`: alpha, nbest, min_len, use_cache."""
     hyps = beam_search(model, src, beam, max_len=max_len, abandoned=abandoned, **search)
     flags = None if joins is None else joins.tolist()
     redo = [
@@ -358,7 +364,12 @@ def search_with_constraints(
     ]
     if redo:
         index = torch.tensor(redo, device=src.device)
-        limit = max_len[index] if isinstance(max_len, Tensor) else max_len
+        cap = torch.tensor(
+            [len(hyps[i][0].tokens) + sum(map(len, constraints[i])) + LENGTH_SLACK for i in redo],
+            device=src.device,
+        )
+        given = max_len[index] if isinstance(max_len, Tensor) else max_len
+        limit = cap if given is None else torch.minimum(torch.as_tensor(given).to(cap), cap)
         dropped = None if abandoned is None else (lambda r: abandoned(redo[r]))
         again = constrained_beam_search(
             model,
@@ -376,6 +387,7 @@ def search_with_constraints(
 
 
 __all__ = [
+    "LENGTH_SLACK",
     "Constraints",
     "Progress",
     "constrained_beam_search",
