@@ -21,7 +21,8 @@ bodies, guard.py is the middleware. This module assembles them.
 
 Every error is {"error": "..."} with LibreTranslate's status codes: 400 a bad request (naming the
 field), 403 a missing or wrong API key, 413 a request over a limit (naming it), 503 a full queue
-(with Retry-After) or a server that stopped before answering, 504 a request over the time limit.
+(with Retry-After) or a server that stopped before answering, 504 a request over the time limit,
+500 a fault of the server itself (its traceback goes to the log, not to the client).
 Request bodies are read and checked by the endpoints; decoding runs on the `Batcher`'s thread,
 never on the event loop. A request's decoding is bounded before it starts (`Limits`: output
 tokens, beam, and their product over its sentences) and while it runs: past its time limit, or
@@ -123,7 +124,13 @@ async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
     return JSONResponse({"error": str(e.detail)}, e.status_code, headers=e.headers)
 
 
+async def _fault(request: Request, e: Exception) -> JSONResponse:
+    """Any other exception: Starlette logs it (and re-raises it to the server) after this answer."""
+    return JSONResponse({"error": "internal server error"}, 500)
+
+
 _HANDLERS: dict[type[Exception], Callable[..., Awaitable[JSONResponse]]] = {
+    Exception: _fault,
     HTTPError: _error,
     BodyTooLarge: _too_large,
     RequestValidationError: _invalid,
