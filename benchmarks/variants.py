@@ -568,7 +568,8 @@ def main() -> int:
     print(f"### {args.table}\n")
     print(f"command: `python {shlex.join(['benchmarks/variants.py', *sys.argv[1:]])}`  ")
     print(f"machine: {common.describe(common.machine(), common.versions('torch'))}  ")
-    print(f"budget: {limit_text}, {args.threads} threads; the table took {total:.0f} s\n")
+    threads = f"{args.threads} thread" + ("s" if args.threads > 1 else "")
+    print(f"budget: {limit_text}, {threads}; the table took {total:.0f} s\n")
     print(markdown(rows))
     return 0
 

@@ -39,3 +39,24 @@ def test_sublayer_connection_pre_and_post() -> None:
     pre = SublayerConnection(8, 0.0, norm_first=True).eval()
     torch.testing.assert_close(post(x, f), F.layer_norm(x + f(x), (8,)))
     torch.testing.assert_close(pre(x, f), x + f(F.layer_norm(x, (8,))))
+
+
+def test_a_feed_forward_of_width_zero_adds_only_its_bias() -> None:
+    """d_ff 0, the FFN ablation of benchmarks/variants.py: the sub-layer's output is b_2 whatever
+    its input, and a model of that config trains (its gradients reach the bias)."""
+    import pytest
+
+    from qkv.config import TransformerConfig
+    from qkv.model.transformer import Transformer
+
+    ff = PositionwiseFeedForward(8, 0)
+    torch.nn.init.normal_(ff.w_2.bias)
+    x = torch.randn(2, 3, 8)
+    assert torch.equal(ff(x), ff.w_2.bias.expand(2, 3, 8))
+    cfg = TransformerConfig.preset("tiny", d_ff=0, src_vocab_size=20, tgt_vocab_size=20)
+    model = Transformer(cfg)
+    ids = torch.randint(4, 20, (2, 5))
+    model(ids, ids).sum().backward()
+    assert model.encoder.layers[0].feed_forward.w_2.bias.grad is not None
+    with pytest.raises(ValueError, match="d_ff must be >= 0"):
+        TransformerConfig.preset("tiny", d_ff=-1)
