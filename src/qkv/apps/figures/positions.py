@@ -30,12 +30,6 @@ def sinusoid_dot(d_model: int = 512, max_offset: int = 200) -> torch.Tensor:
     return pe @ pe[0]
 
 
-def first_rise(values: torch.Tensor) -> int:
-    """The first k with values[k] > values[k - 1] (len(values) if they never rise)."""
-    rises = (values[1:] > values[:-1]).nonzero()
-    return int(rises[0]) + 1 if len(rises) else len(values)
-
-
 def period(dim: int, d_model: int, base: float = 10000.0) -> float:
     """The period in positions of PE(., dim): 2π·base^(2i/d_model) for dims 2i and 2i + 1."""
     return 2 * math.pi * base ** (2 * (dim // 2) / d_model)
@@ -99,7 +93,7 @@ def draw_sinusoid_dot(small: bool) -> tuple[Figure, str]:
     for p, style in ((span, "-"), (2 * span, "--")):
         ax1.plot(k.numpy(), (pe[p + k] @ pe[p]).numpy(), style, label=f"p = {p}")
     f = sinusoid_dot(d, span)
-    rise = first_rise(f)
+    rise = rises(f)[0]
     ax1.axvline(rise, color="gray", lw=0.8, label=f"first rise, k = ±{rise}")
     ax1.axvline(-rise, color="gray", lw=0.8)
     ax1.set(xlabel="offset k", ylabel="f(k) = PE(p) · PE(p + k)")
@@ -121,7 +115,7 @@ def draw_offset_steps(ax: Axes, f: torch.Tensor, last: int, floor: float = -0.45
     colors = np.where(step > 0, "C3", np.where(peak, "C1", "C0"))
     ax.bar(ks, np.maximum(step, floor), color=colors, width=0.8)
     ax.axhline(0, color="black", lw=0.8)
-    rise = first_rise(f)
+    rise = rises(f)[0]
     ax.annotate(
         f"first rise, k = {rise}: {f[rise - 1]:.3f} → {f[rise]:.3f} (+{step[rise - 1]:.3f})",
         (rise, float(step[rise - 1])),
