@@ -82,6 +82,16 @@ class Run:
             args.budget, args.steps = default_budget, default_steps
         self.budget, self.steps = args.budget, args.steps
 
+    def chosen(self, names: Sequence[str]) -> list[str]:
+        """The variants of this table to run: all, or those named by --variants (in the table's
+        order); a name the table lacks is an error."""
+        if not self.args.variants:
+            return list(names)
+        unknown = sorted(set(self.args.variants) - set(names))
+        if unknown:
+            raise SystemExit(f"--variants: no {', '.join(unknown)} in this table: {list(names)}")
+        return [n for n in names if n in self.args.variants]
+
     def limits(self, data: str = "synthetic") -> dict[str, Any]:
         """The stopping keys: a time budget (equal CPU time) or a number of updates (on Multi30k,
         --multi30k-steps)."""
@@ -208,8 +218,8 @@ def compare(run: Run, variants: dict[str, Overrides]) -> list[dict[str, Any]]:
     rows = []
     for data in datasets(run.args):
         data_seeds = seeds(run) if data == "synthetic" else range(run.args.seed, run.args.seed + 1)
-        for name, spec in variants.items():
-            runs = []
+        for name in run.chosen(list(variants)):
+            spec, runs = variants[name], []
             for seed in data_seeds:
                 overrides = spec(data) if callable(spec) else spec
                 recipe = run.recipe(data, seed=seed, **overrides)
@@ -303,7 +313,7 @@ def table_extrapolation(run: Run) -> list[dict[str, Any]]:
     9-digit ones, per positional scheme: exact match and character accuracy (with --seeds N, the
     medians and every seed's 6-digit exact match and 7-, 8-digit character accuracy)."""
     rows = []
-    for name in POSITIONS:
+    for name in run.chosen(POSITIONS):
         runs = []
         for seed in seeds(run):
             tests = extrapolation_tests(seed, run.args.n_test)
@@ -546,6 +556,8 @@ def main() -> int:
     p.add_argument("--seeds", type=int, default=1,
                    help="synthetic variants (compared tables, extrapolation, exposure-bias): "
                         "runs per variant, seeds --seed, --seed + 1, ... (medians and spread)")
+    p.add_argument("--variants", nargs="+",
+                   help="only these variants of the table (e.g. to run its rows in two processes)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args()
