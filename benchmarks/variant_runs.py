@@ -204,7 +204,9 @@ def median_row(runs: list[dict[str, Any]],
         row["seeds"] = len(runs)
         for column in per_seed:
             if row.get(column) is not None:
-                row[f"{column}_per_seed"] = " / ".join(f"{r[column]:g}" for r in runs)
+                row[f"{column}_per_seed"] = " / ".join(
+                    "—" if r[column] is None else f"{r[column]:g}" for r in runs
+                )
     return row
 
 

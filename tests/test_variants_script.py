@@ -35,8 +35,11 @@ def test_the_heads_table_runs_at_two_updates(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("table", "extra", "columns"), [
     ("classify", ["--n-train", "3", "6", "--n-unlabelled", "20"],
      {"labelled_per_language", "pretraining_steps", "accuracy", "macro_f1"}),
-    ("exposure-bias", ["--points", "2"], {"tf_token_acc", "greedy_token_acc"}),
-    ("extrapolation", [], {f"{m}_{k}_digits" for m in ("exact", "chars") for k in (6, 7, 8, 9)}),
+    ("exposure-bias", ["--points", "2", "--seeds", "2"],
+     {"tf_token_acc", "greedy_token_acc", "seeds", "greedy_token_acc_per_seed"}),
+    ("ffn", ["--variants", "d_ff-0d", "d_ff-4d"], {"exact_match", "valid_loss", "params"}),
+    ("extrapolation", ["--seeds", "2", "--variants", "none", "rope"],
+     {f"{m}_{k}_digits" for m in ("exact", "chars") for k in (6, 7, 8, 9)} | {"seeds"}),
 ])
 def test_the_other_tables_run_at_two_updates(tmp_path: Path, table: str, extra: list[str],
                                              columns: set[str]) -> None:
@@ -48,6 +51,11 @@ def test_the_other_tables_run_at_two_updates(tmp_path: Path, table: str, extra: 
     assert run.stdout.splitlines()[0] == f"### {table}"
     saved = json.loads((tmp_path / f"{table}.json").read_text())
     assert saved and all(columns <= set(row) for row in saved)
+    if table == "extrapolation":  # --variants: those rows only, in the table's order
+        assert [r["variant"] for r in saved] == ["none", "rope"]
+    if table == "ffn":  # d_ff 0 leaves the FFN's weights out: fewer parameters
+        assert [r["variant"] for r in saved] == ["d_ff-0d", "d_ff-4d"]
+        assert saved[0]["params"] < saved[1]["params"]
     if table == "classify":  # one mlm model, then scratch and from-mlm for each size
         assert [(r["labelled_per_language"], r["pretraining_steps"]) for r in saved] == [
             (3, 0), (3, 2), (6, 0), (6, 2)]
@@ -60,7 +68,7 @@ def test_the_multi30k_budget_replaces_the_budget_on_multi30k_only(
 
     args = argparse.Namespace(table="transformer-vs-rnn", budget=120.0, steps=None,
                               multi30k_budget=480.0, check_every=50, out="unused")
-    run = variants.Run(args)
+    run = variants.Run(args, variants.DEFAULTS[args.table])
     assert run.limits("synthetic")["max_hours"] == 120 / 3600
     assert run.limits("multi30k")["max_hours"] == 480 / 3600
     args.multi30k_budget = None
@@ -93,5 +101,6 @@ def test_a_variants_runs_make_one_row_of_medians(monkeypatch: pytest.MonkeyPatch
             for s, m, v in ((10, 50.0, 1.0), (12, 100.0, None), (11, 0.5, 3.0))]
     row = variants.median_row(runs)
     assert row == {"variant": "a", "steps": 11, "params": 7, "exact_match": 50.0,
-                   "valid_loss": 2.0, "seeds": 3, "exact_match_per_seed": "50 / 100 / 0.5"}
+                   "valid_loss": 2.0, "seeds": 3, "exact_match_per_seed": "50 / 100 / 0.5",
+                   "valid_loss_per_seed": "1 / — / 3"}
     assert variants.median_row(runs[:1]) == runs[0]
