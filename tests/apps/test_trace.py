@@ -31,6 +31,31 @@ def test_the_trace_ends_in_the_translation(model_dir: Path, beam: int) -> None:
     assert f"finished hypotheses, best score first:\n  {best.score:8.3f}" in text
 
 
+def test_a_traced_search_gives_the_translation_and_maps_of_translate_detailed(
+    model_dir: Path,
+) -> None:
+    """What /v1/explain answers from one search equals `translate_detailed`'s text, score and
+    attention maps (each layer's weights, encoder, decoder and cross)."""
+    import torch
+
+    from qkv.apps.trace import traced_search
+
+    translator = Translator.load(model_dir)
+    options = DecodeOptions(beam=3, max_len_b=8, min_len=2, nbest=1)
+    steps, hyps, ids = traced_search(translator, EN[1], options)
+    got = translator.translation_of(ids, hyps[:1], maps=True)
+    [want] = translator.translate_detailed([EN[1]], options, attention_maps=True)
+    assert steps and (got.text, got.tokens) == (want.text, want.tokens)
+    assert got.score == pytest.approx(want.score, abs=1e-5)
+    assert got.target_tokens == want.target_tokens and got.source_tokens == want.source_tokens
+    assert got.attention_maps is not None and want.attention_maps is not None
+    for kind in ("encoder", "decoder", "cross"):
+        for a, b in zip(getattr(got.attention_maps, kind), getattr(want.attention_maps, kind),
+                        strict=True):
+            torch.testing.assert_close(a, b)
+    assert translator.translation_of(ids, hyps[:1]).attention_maps is None
+
+
 def test_sampling_is_not_traced(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="greedy and beam search"):
         trace_translation(Translator.load(model_dir), EN[0], DecodeOptions(sampling=True, nbest=1))

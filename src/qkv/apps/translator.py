@@ -41,8 +41,7 @@ from ..decode.constrained import Constraints
 from ..decode.ensemble import Ensemble
 from ..decode.options import DecodeOptions
 from ..decode.search import Abandoned, Hypothesis, attention_weights, run
-from ..interop.hub import PREFIX as HUB_PREFIX
-from ..interop.hub import model_directory
+from ..interop.hub import resolve_model
 from ..model import AttentionWeights, Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import load_languages, load_model_dir
@@ -442,6 +441,16 @@ class Translator:
             )
         return [seq[:room] for seq in ids]
 
+    def translation_of(
+        self, ids: list[int], hyps: list[Hypothesis], maps: bool = False
+    ) -> Translation:
+        """The `Translation` of hypotheses (best first) of source `ids` searched elsewhere (a traced
+        search), with the best one's attention maps on request (as `translate_detailed` does)."""
+        self._check_options(None, Extras(maps=maps))  # maps: one model, not an ensemble
+        src = pad_sequences([[*ids, self.tokenizer.eos_id]], self.tokenizer.pad_id).to(self.device)
+        weights = attention_weights(self.model, src, [hyps[0].tokens])[0] if maps else None
+        return self._translation(hyps, ids, weights, Extras(maps=maps))
+
     def _translation(
         self,
         hyps: list[Hypothesis],
@@ -473,13 +482,6 @@ class Translator:
 def _picked(abandoned: Abandoned, batch: list[int]) -> Abandoned:
     """`abandoned` asked about text batch[r] for row r of a batch."""
     return lambda r: abandoned(batch[r])
-
-
-def resolve_model(directory: str | os.PathLike[str]) -> str | os.PathLike[str]:
-    """A model directory as given, or the converted directory of a Hub name ("hf:ORG/NAME")."""
-    if isinstance(directory, str) and directory.startswith(HUB_PREFIX):
-        return model_directory(directory)
-    return directory
 
 
 def _checked_runtime(runtime: RuntimeOptions | None) -> RuntimeOptions:

@@ -78,6 +78,13 @@ def marian_snapshot(repo: str, revision: str | None = None) -> Path:
     return Path(folder)
 
 
+def resolve_model(directory: str | os.PathLike[str]) -> str | os.PathLike[str]:
+    """A model directory as given, or the converted directory of a Hub name ("hf:ORG/NAME")."""
+    if isinstance(directory, str) and directory.startswith(PREFIX):
+        return model_directory(directory)
+    return directory
+
+
 def model_directory(name: str) -> Path:
     """The qkv model directory of a Hub model name (see `split_name`), converted on first use."""
     repo, revision = split_name(name)
@@ -138,5 +145,6 @@ __all__ = [
     "is_hub_name",
     "marian_snapshot",
     "model_directory",
+    "resolve_model",
     "split_name",
 ]

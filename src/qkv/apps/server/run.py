@@ -26,9 +26,10 @@ import uvicorn
 from fastapi import FastAPI
 
 from ...decode.options import DecodeOptions
+from ...interop.hub import resolve_model
 from ...modeldir import load_languages
 from ...runtime.options import RuntimeOptions
-from ..translator import Translator, resolve_model
+from ..translator import Translator
 from .service import ServedModel, Stopped
 
 log = logging.getLogger("qkv.serve")

@@ -7,8 +7,9 @@
 steps: per step of the beam search (`apps.trace.trace_translation`) the candidates (subword pieces,
 summed log-prob), those that ended there (with their length-penalised score), those kept, and
 whether the search ended there. maps: every layer's and head's attention of the best hypothesis
-(`Translator.translate_detailed(attention_maps=True)`): encoder [layer][head][S][S], decoder
-[layer][head][T][T], cross [layer][head][T][S]. Floats are rounded to 3 decimals.
+of that same search (`Translator.translation_of(..., maps=True)`): encoder
+[layer][head][S][S], decoder [layer][head][T][T], cross [layer][head][T][S]. Floats are rounded to
+3 decimals.
 
 One sentence at a time, within the server's limits (characters, beam, decoded tokens, and at most
 MAX_SOURCE_TOKENS source tokens: 413 over it), decoded in a worker thread, off the event loop.
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ....decode.beam import BeamStep
 from ....decode.options import DecodeOptions
-from ...trace import trace_translation
+from ...trace import traced_search
 from ...translator import Translator
 from ..bodies import body_doc, read_fields, validate
 from ..service import HTTPError, Service, service
@@ -93,9 +94,9 @@ async def explain(request: Request, svc: Annotated[Service, Depends(service)]) -
 
 def _explain(translator: Translator, text: str, options: DecodeOptions) -> dict[str, Any]:
     """The answer of /v1/explain (run in a worker thread: it decodes)."""
-    with _ONE_AT_A_TIME:
-        steps = trace_translation(translator, text, options)
-        [t] = translator.translate_detailed([text], options, attention_maps=True)
+    with _ONE_AT_A_TIME:  # one search: its steps, and the maps of the best hypothesis it found
+        steps, hyps, ids = traced_search(translator, text, options)
+        t = translator.translation_of(ids, hyps[:1], maps=True)
     pieces = translator.tokenizer.tgt_vocabulary()
     eos = translator.tokenizer.eos_id
 
