@@ -457,8 +457,9 @@ def test_unscaled_dot_product_converges_in_qkvs_scores_table() -> None:
 def test_the_paper_has_no_norm_ablation_qkvs_norm_table_is_its_own() -> None:
     """The paper uses LayerNorm without comparing it; qkv's norms table does compare."""
     assert TransformerConfig.preset("base").norm == "layernorm"
-    exact = {
-        v: float(measured("norms", v)["exact_match"])
-        for v in ("pre-layernorm-L6", "pre-rmsnorm-L6", "pre-batchnorm-L6")
-    }
-    assert exact == {"pre-layernorm-L6": 100.0, "pre-rmsnorm-L6": 100.0, "pre-batchnorm-L6": 54.0}
+    def seeds(variant: str) -> list[float]:
+        return [float(x) for x in measured("norms", variant)["exact_match_per_seed"].split(" / ")]
+
+    assert len(seeds("pre-layernorm-L6")) >= 3  # the comparison rests on several seeds
+    assert min(seeds("pre-layernorm-L6") + seeds("pre-rmsnorm-L6")) == 100.0
+    assert max(seeds("pre-batchnorm-L6")) < 90.0
