@@ -254,8 +254,8 @@ def test_rope_runs_past_the_training_length_but_does_not_extrapolate_in_qkvs_tab
     cfg = TransformerConfig.preset("tiny", src_vocab_size=20, positional="rope", max_positions=8)
     with torch.no_grad():
         assert DecoderOnly(cfg)(torch.randint(4, 20, (1, 12))).shape[1] == 12  # past max_positions
-    rope = {n: measured("extrapolation", "rope")[f"exact_{n}_digits"] for n in (6, 7, 8, 9)}
-    assert rope == {6: "100.0", 7: "0.0", 8: "0.0", 9: "0.0"}
+    rope = {n: float(measured("extrapolation", "rope")[f"exact_{n}_digits"]) for n in (6, 7, 8, 9)}
+    assert rope[6] >= 99 and rope[7] == rope[8] == rope[9] == 0.0  # learned, not extrapolated
     chars = [float(measured("extrapolation", "rope")[f"chars_{n}_digits"]) for n in (7, 8, 9)]
     assert chars == sorted(chars, reverse=True) and chars[-1] < 60  # fading with the length
     sinusoidal = [
