@@ -4,7 +4,7 @@
     POST /v1/explain   {"text": "Hello", "beam": 4, "source": "en", "target": "zh", "api_key": ...}
                        -> {steps, source_tokens, target_tokens, maps, translation}
 
-steps: per step of the beam search (`apps.trace.trace_translation`) the candidates (subword pieces,
+steps: per step of the beam search (`apps.trace.traced_search`) the candidates (subword pieces,
 summed log-prob), those that ended there (with their length-penalised score), those kept, and
 whether the search ended there. maps: every layer's and head's attention of the best hypothesis
 of that same search (`Translator.translation_of(..., maps=True)`): encoder
