@@ -47,6 +47,11 @@ class Run:
             raise SystemExit(f"--variants: no {', '.join(unknown)} in this table: {list(names)}")
         return [n for n in names if n in self.args.variants]
 
+    def named(self, name: str, seed: int, runs: int | None = None) -> str:
+        """A run's directory name: `name`, with "-seed{seed}" when a variant has several runs
+        (runs: how many; default --seeds)."""
+        return f"{name}-seed{seed}" if (runs or self.args.seeds) > 1 else name
+
     def limits(self, data: str = "synthetic") -> dict[str, Any]:
         """The stopping keys: a time budget (equal CPU time) or a number of updates (on Multi30k,
         --multi30k-steps)."""
@@ -178,8 +183,7 @@ def compare(run: Run, variants: dict[str, Overrides]) -> list[dict[str, Any]]:
             for seed in data_seeds:
                 overrides = spec(data) if callable(spec) else spec
                 recipe = run.recipe(data, seed=seed, **overrides)
-                suffix = f"-seed{seed}" if len(data_seeds) > 1 else ""
-                result = run.train(f"{data}-{name}{suffix}", recipe)
+                result = run.train(run.named(f"{data}-{name}", seed, len(data_seeds)), recipe)
                 if data == "synthetic":
                     src, ref = synthetic_test(recipe, run.args.n_test)
                 else:

@@ -135,7 +135,7 @@ def table_extrapolation(run: Run) -> list[dict[str, Any]]:
             tests = extrapolation_tests(seed, run.args.n_test)
             recipe = run.recipe("synthetic", synthetic_target="zh", vocab_size=500, seed=seed,
                                 model={"positional": name})
-            result = run.train(name + (f"-seed{seed}" if run.args.seeds > 1 else ""), recipe)
+            result = run.train(run.named(name, seed), recipe)
             src, ref = synthetic_test(recipe, run.args.n_test)
             six = [(s, r) for s, r in zip(src, ref, strict=True) if len(s.split()) == 6]
             tests[6] = [s for s, _ in six], [r for _, r in six]
@@ -209,7 +209,7 @@ def exposure_rows(run: Run, seed: int) -> list[dict[str, Any]]:
     every = max(1, run.steps // run.args.points)
     recipe = run.recipe("synthetic", valid_every=every, log_every=every, seed=seed,
                         keep_checkpoints=run.args.points + 1)
-    result = run.train("exposure-bias" + (f"-seed{seed}" if run.args.seeds > 1 else ""), recipe)
+    result = run.train(run.named("exposure-bias", seed), recipe)
     src, ref = synthetic_test(recipe, run.args.n_test)
     tok = SubwordTokenizer.load(result["dir"])
     model = load_model_dir(result["dir"]).eval()

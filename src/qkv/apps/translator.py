@@ -446,10 +446,13 @@ class Translator:
     ) -> Translation:
         """The `Translation` of hypotheses (best first) of source `ids` searched elsewhere (a traced
         search), with the best one's attention maps on request (as `translate_detailed` does)."""
-        self._check_options(None, Extras(maps=maps))  # maps: one model, not an ensemble
-        src = pad_sequences([[*ids, self.tokenizer.eos_id]], self.tokenizer.pad_id).to(self.device)
-        weights = attention_weights(self.model, src, [hyps[0].tokens])[0] if maps else None
-        return self._translation(hyps, ids, weights, Extras(maps=maps))
+        extras = Extras(maps=maps)
+        self._check_options(None, extras)  # maps: one model, not an ensemble
+        weights = None
+        if maps:  # one teacher-forced pass over the best hypothesis
+            src = pad_sequences([[*ids, self.tokenizer.eos_id]], self.tokenizer.pad_id)
+            [weights] = attention_weights(self.model, src.to(self.device), [hyps[0].tokens])
+        return self._translation(hyps, ids, weights, extras)
 
     def _translation(
         self,
