@@ -4,6 +4,7 @@ supports, under what the user fixed; timings and CPU flags injected, so nothing 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,18 @@ def test_time_greedy_steps_returns_a_time_per_path_and_row_count_and_leaves_the_
     assert all(t > 0 for t in timings["fp32", False].values())
     after = model.state_dict()  # the paths decode copies: the model is not prepared in place
     assert all(torch.equal(before[k], after[k]) for k in before) and model.training == tiny_model().training
+
+
+@pytest.mark.parametrize(
+    ("precision", "cudnn", "warned"), [("bf16", True, 1), ("bf16", False, 0), ("fp32", True, 0)]
+)
+def test_bf16_on_cuda_with_cudnn_attention_on_says_how_to_turn_it_off(
+    monkeypatch: pytest.MonkeyPatch, precision: str, cudnn: bool, warned: int
+) -> None:
+    monkeypatch.setattr("qkv.runtime.choice.resolve_precision", lambda setting, device: setting)
+    monkeypatch.setattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: cudnn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path = choose_decoding_path(tiny_model(), "cuda", precision)
+    assert (path.precision, path.pack) == (precision, False)
+    assert sum("cudnn_attention=False" in str(w.message) for w in caught) == warned

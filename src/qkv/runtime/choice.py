@@ -26,6 +26,7 @@ import json
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,14 @@ class DecodingPath:
     pack: bool
     why: str
     plain_rows: int = 0
+
+
+CUDNN_ATTENTION_NOTE = (
+    "bf16 decoding on CUDA with cuDNN's attention on: it builds a graph for every new shape, and "
+    "each decoding step has a new one (4-10x slower on an H200); "
+    "qkv.runtime.process.configure_process(cudnn_attention=False) turns it off, as the qkv "
+    "commands do"
+)
 
 
 def cache_file() -> Path:
@@ -205,6 +214,8 @@ def choose_decoding_path(
     dev = torch.device(device)
     if dev.type != "cpu":
         chosen = (resolve_precision(precision, dev), bool(pack))
+        if dev.type == "cuda" and chosen[0] == "bf16" and torch.backends.cuda.cudnn_sdp_enabled():
+            warnings.warn(CUDNN_ATTENTION_NOTE, stacklevel=2)
         return DecodingPath(*chosen, describe(chosen, None, f"{dev}: by rule"))
     flags = cpu_flags() if flags is None else flags
     paths = candidates(precision, pack, flags)

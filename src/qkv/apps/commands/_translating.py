@@ -11,6 +11,7 @@ import time
 from ...decode.alignment import format_alignment
 from ...decode.options import DecodeOptions
 from ...runtime.options import RuntimeOptions
+from ...runtime.process import configure_process
 from ..documents import split_sentences
 from ..glossary import Glossary
 from ..html import HtmlDocument
@@ -19,7 +20,10 @@ from ._io import Output
 
 
 def load_translator(models: list[str], runtime: RuntimeOptions) -> Translator:
-    """The translator of --model (`models`), loaded and run as the flags' `runtime` says."""
+    """The translator of --model (`models`), loaded and run as the flags' `runtime` says. The
+    process first turns off cuDNN's attention (`runtime.process`: on CUDA it builds a graph for
+    every new shape, and a decoding step's keys are one longer than the step before's)."""
+    configure_process(cudnn_attention=False)
     translator = Translator.load(models, runtime)
     print_decoding_path(translator)
     return translator
