@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from qkv import TransformerConfig
@@ -44,3 +46,20 @@ def test_unknown_key_is_named() -> None:
 def test_a_notes_field_in_a_model_config_is_skipped_and_never_written() -> None:
     cfg = TransformerConfig.from_dict({**TransformerConfig().to_dict(), "extra": {"data": "m30k"}})
     assert cfg == TransformerConfig() and "extra" not in cfg.to_dict()
+
+
+def test_qkv_cache_dir_holds_the_corpora_the_hub_models_and_the_decoding_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qkv.config import cache_dir
+    from qkv.data.named import resolve_data_dir
+    from qkv.runtime.choice import cache_file
+
+    monkeypatch.delenv("QKV_DATA_DIR", raising=False)
+    monkeypatch.setenv("QKV_CACHE_DIR", str(tmp_path))
+    assert cache_dir() == tmp_path
+    assert resolve_data_dir() == tmp_path / "data"
+    assert cache_file() == tmp_path / "decoding-paths.json"
+    monkeypatch.delenv("QKV_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "qkv"

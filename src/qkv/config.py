@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
@@ -290,3 +292,9 @@ class TransformerConfig:
 
     def replace(self, **overrides: Any) -> TransformerConfig:
         return self.from_dict({**self.to_dict(), **overrides})
+
+
+def cache_dir() -> Path:
+    """qkv's user cache folder: `$QKV_CACHE_DIR` if set, else `~/.cache/qkv`. It holds the named
+    corpora (`data/`), Hub models converted once (`models/`) and the measured decoding paths."""
+    return Path(os.environ.get("QKV_CACHE_DIR") or Path.home() / ".cache" / "qkv").expanduser()

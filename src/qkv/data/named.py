@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from qkv.config import cache_dir
 from qkv.data.corpus import DataError, ParallelCorpus, StrPath, load_parallel
 
 
@@ -113,11 +114,6 @@ TATOEBA_ZH_EN = NamedCorpus(
 )
 
 CORPORA: dict[str, NamedCorpus] = {c.name: c for c in (MULTI30K, TATOEBA_ZH_EN)}
-
-
-def cache_dir() -> Path:
-    """qkv's user cache folder: `$QKV_CACHE_DIR` if set, else `~/.cache/qkv`."""
-    return Path(os.environ.get("QKV_CACHE_DIR") or Path.home() / ".cache" / "qkv").expanduser()
 
 
 def resolve_data_dir(data_dir: StrPath | None = None) -> Path:

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..config import cache_dir
 from .marian import convert_marian
 
 PREFIX = "hf:"  # a model directory argument that names a Hub model: hf:ORG/NAME[@REVISION]
@@ -90,7 +91,7 @@ def model_directory(name: str) -> Path:
     repo, revision = split_name(name)
     snapshot = marian_snapshot(repo, revision)
     _check_marian(snapshot, repo)
-    target = _qkv_cache() / f"{repo.replace('/', '--')}--{snapshot.name[:12]}"
+    target = cache_dir() / "models" / f"{repo.replace('/', '--')}--{snapshot.name[:12]}"
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -132,11 +133,6 @@ def _hub_cache() -> str:
     from huggingface_hub import constants
 
     return constants.HF_HUB_CACHE
-
-
-def _qkv_cache() -> Path:
-    root = os.environ.get("QKV_CACHE_DIR") or Path.home() / ".cache" / "qkv"
-    return Path(root) / "models"
 
 
 __all__ = [

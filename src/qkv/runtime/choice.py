@@ -35,6 +35,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from ..config import cache_dir
 from .packed import PackedLinear, packing_available
 from .precision import cpu_flags, native_bf16, resolve_precision, torch_dtype
 
@@ -66,8 +67,7 @@ CUDNN_ATTENTION_NOTE = (
 
 def cache_file() -> Path:
     """Where verdicts are kept: $QKV_CACHE_DIR/decoding-paths.json (default ~/.cache/qkv)."""
-    root = os.environ.get("QKV_CACHE_DIR") or Path.home() / ".cache" / "qkv"
-    return Path(root) / "decoding-paths.json"
+    return cache_dir() / "decoding-paths.json"
 
 
 def cpu_model_name() -> str:
