@@ -12,6 +12,7 @@ import pytest
 from qkv.apps.server import Batcher, Job, QueueFull
 from qkv.apps.translator import Translator
 from qkv.decode.options import DecodeOptions
+from qkv.runtime.options import RuntimeOptions
 from sentences import EN  # tests/sentences.py
 
 SHORT = DecodeOptions(beam=2, max_len_b=6)
@@ -30,13 +31,13 @@ class Recording(Translator):
 @pytest.fixture
 def translator(model_dir: Path) -> Recording:
     plain = Translator.load(model_dir)
-    recording = Recording(plain.model, plain.tokenizer)
+    recording = Recording(plain.model, plain.tokenizer, RuntimeOptions(batch_tokens=40))
     recording.calls = []
     return recording
 
 
 def test_queued_requests_share_sorted_batches_and_get_their_own_results(translator: Recording) -> None:
-    batcher = Batcher({"en-zh": translator}, batch_tokens=40, max_wait=0.05)
+    batcher = Batcher({"en-zh": translator}, max_wait=0.05)  # batches of the translator's 40 tokens
     texts = [EN[0:3], EN[3:4], EN[4:8]]
     jobs = [Job("en-zh", t, SHORT) for t in texts]
     other = Job("en-zh", EN[8:10], SHORT.replace(beam=1))

@@ -151,7 +151,6 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         api_key=args.api_key or os.environ.get("QKV_API_KEY") or None,
         max_wait=args.max_wait_ms / 1000,
-        batch_tokens=runtime.batch_tokens,
         batching=not args.no_batching,
         cors_origins=args.cors,
         split=args.split,

@@ -42,7 +42,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...decode.options import DecodeOptions
 from ..glossary import Glossary
-from ..translator import DEFAULT_BATCH_TOKENS
 from .bodies import first_error
 from .guard import BodyTooLarge, Guard, too_large_response
 from .limits import Limits
@@ -57,22 +56,21 @@ def create_app(
     options: DecodeOptions | None = None,
     api_key: str | None = None,
     max_wait: float = 0.005,
-    batch_tokens: int = DEFAULT_BATCH_TOKENS,
     batching: bool = True,
     cors_origins: list[str] | None = None,
     split: str = "sentences",
     glossary: Glossary | None = None,
 ) -> FastAPI:
     """The server for these models. options: the decoding defaults (LibreTranslate requests use
-    them as they are; native requests override fields). max_wait, batch_tokens, batching: see
-    `Batcher`. cors_origins: web pages of these origins ("*": any) may call the APIs from a
-    browser, as LibreTranslate's web clients do; none by default. split: how /translate cuts a
-    text, "sentences" (of each line) or "lines". glossary: terms every translation uses where
-    its source has them (`apps.glossary`)."""
+    them as they are; native requests override fields). max_wait, batching: see `Batcher` (its
+    batches: each translator's `runtime.batch_tokens`). cors_origins: web pages of these origins
+    ("*": any) may call the APIs from a browser, as LibreTranslate's web clients do; none by
+    default. split: how /translate cuts a text, "sentences" (of each line) or "lines".
+    glossary: terms every translation uses where its source has them (`apps.glossary`)."""
     limits = limits or Limits()
     options = options or DecodeOptions()
     svc = Service.create(
-        models, limits, options, api_key, max_wait, batch_tokens, batching, split, glossary
+        models, limits, options, api_key, max_wait, batching, split, glossary
     )
     app = FastAPI(
         title="qkv",

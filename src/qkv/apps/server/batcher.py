@@ -1,6 +1,6 @@
 """Batching under load: the sentences of requests that arrive together, decoded in shared batches.
 
-    batcher = Batcher({"en-de": translator}, max_queue=256, max_wait=0.005, batch_tokens=4096)
+    batcher = Batcher({"en-de": translator}, max_queue=256, max_wait=0.005)
     batcher.start()
     future = batcher.submit(Job("en-de", ["Hello."], DecodeOptions()))  # concurrent.futures.Future
     translations = future.result()                                    # [Translation], in order
@@ -9,7 +9,8 @@
 One worker thread owns the models. It takes the oldest waiting request, then gathers the requests
 that arrive within `max_wait` seconds (up to about `collect_tokens` source tokens), groups
 their sentences by language pair and decoding options, sorts each group by length, cuts it into
-batches of at most `batch_tokens` padded source tokens (`Translator.batches`) and decodes each batch
+batches of at most its translator's `runtime.batch_tokens` padded source tokens
+(`Translator.batches`) and decodes each batch
 with `Translator.translate_batch`. Each request gets its own translations back, in its order. Greedy
 and beam search decode every row of a batch independently, so the translations a request gets do
 not depend on what else was in its batch (scores agree to float32 rounding: batched matrix products
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 
 from ...decode.constrained import Constraints
 from ...decode.options import DecodeOptions
-from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
+from ..translator import Translation, Translator
 
 log = logging.getLogger("qkv.serve")
 
@@ -85,21 +86,21 @@ class Batcher:
         *,
         max_queue: int = 256,
         max_wait: float = 0.005,
-        batch_tokens: int = DEFAULT_BATCH_TOKENS,
         collect_tokens: int | None = None,
         batching: bool = True,
         on_batch: Callable[[BatchStats], None] | None = None,
     ) -> None:
         """max_wait: seconds to wait for more requests after the first (0: take what is there).
-        collect_tokens: stop gathering at this many source tokens (default 4 * batch_tokens).
+        collect_tokens: stop gathering at this many source tokens (default: 4 batches' worth, by
+        the translators' largest `runtime.batch_tokens`).
         batching=False: one request at a time, each decoded alone (for comparison)."""
-        if max_queue < 1 or max_wait < 0 or batch_tokens < 1:
-            raise ValueError("max_queue and batch_tokens must be >= 1 and max_wait >= 0")
+        if max_queue < 1 or max_wait < 0:
+            raise ValueError("max_queue must be >= 1 and max_wait >= 0")
         self.translators = translators
         self.max_queue = max_queue
         self.max_wait = max_wait
-        self.batch_tokens = batch_tokens
-        self.collect_tokens = collect_tokens or 4 * batch_tokens
+        largest = max(t.runtime.batch_tokens for t in translators.values())
+        self.collect_tokens = collect_tokens or 4 * largest
         self.batching = batching
         self.on_batch = on_batch
         self._queue: deque[Job] = deque()
@@ -199,7 +200,7 @@ class Batcher:
         for group in sorted(groups, key=lambda g: g.cost):
             empty = [k for k, x in enumerate(group.ids) if not x]  # answered without decoding
             for batch in [empty] * bool(empty) + group.translator.batches(
-                group.ids, self.batch_tokens
+                group.ids, group.translator.runtime.batch_tokens
             ):
                 live = [k for k in batch if not group.sentences[k][0].future.done()]
                 if live:

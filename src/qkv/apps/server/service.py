@@ -31,7 +31,7 @@ from ...decode.constrained import Constraints, search_width
 from ...decode.options import DecodeOptions
 from ..documents import SPLITS
 from ..glossary import Glossary, check_search
-from ..translator import DEFAULT_BATCH_TOKENS, Translation, Translator
+from ..translator import Translation, Translator
 from .batcher import Batcher, Job, QueueFull
 from .files import FileStore
 from .limits import Limits
@@ -93,14 +93,14 @@ class Service:
         options: DecodeOptions,
         api_key: str | None,
         max_wait: float = 0.005,
-        batch_tokens: int = DEFAULT_BATCH_TOKENS,
         batching: bool = True,
         split: str = "sentences",
         glossary: Glossary | None = None,
     ) -> Service:
-        """The service for these models, its lanes not started (see `Batcher` for max_wait,
-        batch_tokens and batching; `split` for /translate: "sentences" or "lines"; `glossary`:
-        terms every request's translations use, which needs beam search by default)."""
+        """The service for these models, its lanes not started (see `Batcher` for max_wait and
+        batching; its batches: each translator's `runtime.batch_tokens`); `split` for /translate:
+        "sentences" or "lines"; `glossary`: terms every request's translations use, which needs
+        beam search by default."""
         if glossary is not None:
             check_search(options)
         if split not in SPLITS:
@@ -114,7 +114,6 @@ class Service:
                 {pair: m.translator for pair, m in served.items()},
                 max_queue=limits.max_queue,
                 max_wait=max_wait,
-                batch_tokens=batch_tokens,
                 batching=batching,
                 on_batch=metrics.observe_batch,
             )
