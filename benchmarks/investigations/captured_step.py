@@ -76,7 +76,9 @@ def measure(settings: dict, sources: list) -> dict[str, float]:
 def kernels(rows: int) -> dict[str, float]:
     """Milliseconds for the 37 products of a step (6 decoder layers and the output projection)
     of `rows` input rows, by kernel: float32 nn.Linear, int8 fbgemm (what --quantize int8 runs
-    eagerly), int8 `Int8Linear` (`torch._int_mm`, what a captured int8 step runs)."""
+    eagerly), int8 `Int8Linear` (`torch._int_mm`, what a captured int8 step runs), and two
+    kernels on inputs quantized beforehand: `torch._int_mm` alone, and oneDNN's prepacked int8
+    linear of torch's x86 quantization backend (`onednn.qlinear_pointwise`, uint8 inputs)."""
     import torch
     from torch import nn
 
@@ -93,15 +95,31 @@ def kernels(rows: int) -> dict[str, float]:
     }
     inputs = {n: torch.randn(rows, n) for n in (d, d_ff)}
     xs = [inputs[m.in_features] for m in plain]
+    int8 = kinds["int8 _int_mm"]
+    signed = {n: torch.randint(-127, 128, (rows, n), dtype=torch.int8) for n in (d, d_ff)}
+    unsigned = {n: torch.randint(0, 256, (rows, n), dtype=torch.uint8) for n in (d, d_ff)}
+    packed = [torch.ops.onednn.qlinear_prepack(m.qweight, None) for m in int8]
+    zero = [torch.zeros(m.out_features, dtype=torch.long) for m in int8]
 
     def products(layers: list) -> list:
         return [m(x) for m, x in zip(layers, xs, strict=True)]
 
+    def int_mm() -> list:
+        return [torch._int_mm(signed[m.in_features], m.qweight.t()) for m in int8]
+
+    def qlinear() -> list:
+        return [
+            torch.ops.onednn.qlinear_pointwise(
+                unsigned[m.in_features], 0.05, 128, w, m.scale, z, m.bias, 1.0, 0,
+                torch.float32, "none", [], "",
+            )
+            for m, w, z in zip(int8, packed, zero, strict=True)
+        ]
+
+    calls = {name: partial(products, layers) for name, layers in kinds.items()}
+    calls |= {"_int_mm alone": int_mm, "oneDNN qlinear": qlinear}
     with torch.inference_mode():
-        return {
-            name: common.time_calls(partial(products, layers), 10).seconds * 1e3
-            for name, layers in kinds.items()
-        }
+        return {name: common.time_calls(run, 10).seconds * 1e3 for name, run in calls.items()}
 
 
 def main() -> None:
