@@ -3,6 +3,7 @@
 first call costs (the compilation).
 
     python benchmarks/investigations/captured_step.py [--threads 1]
+    python benchmarks/investigations/captured_step.py --int8-split 8   # the int8 kinds only
 
 Each path decodes the same 8 sources one at a time, 30 tokens forced; per step = median of 3 runs
 over 240 tokens (the encoder's share included). Each path's outputs are compared with the first's
@@ -122,9 +123,54 @@ def kernels(rows: int) -> dict[str, float]:
         return {name: common.time_calls(run, 10).seconds * 1e3 for name, run in calls.items()}
 
 
+def int8_split(rounds: int) -> None:
+    """What a captured int8 model runs (fbgemm's int8 for the linear layers called outside the
+    step, `Int8Linear` inside it) against `Int8Linear` for every linear layer, in one process,
+    the two interleaved over `rounds` runs of each workload: median tokens/s and their ratio."""
+    import copy
+    import statistics
+
+    import torch
+    from torch import nn
+
+    from qkv.decode.beam import beam_search
+    from qkv.decode.search import greedy
+    from qkv.runtime.attention import use_decoding_attention
+    from qkv.runtime.captured import Int8Linear, capture_decoder
+    from qkv.runtime.prepare import prepare_for_decoding
+    from qkv.runtime.swap import replace_modules
+
+    base = common.base_model()
+    every = replace_modules(use_decoding_attention(copy.deepcopy(base).eval()), nn.Linear, Int8Linear)
+    models = [capture_decoder(every), prepare_for_decoding(base, "cpu", quantize="int8", capture=True)]
+    for beam, rows in ((1, 1), (4, 1), (1, 32), (4, 32)):
+        src = common.random_sentences(rows, common.SRC_LEN)
+        kw = dict(min_len=TOKENS, max_len=TOKENS)
+        search = greedy if beam == 1 else partial(beam_search, beam=beam)
+        times: list[list[float]] = [[], []]
+        with torch.inference_mode():
+            for model in models:
+                search(model, src, **kw)  # compiles
+            for _ in range(rounds):
+                for model, runs in zip(models, times, strict=True):
+                    start = time.perf_counter()
+                    search(model, src, **kw)
+                    runs.append(time.perf_counter() - start)
+        every_s, split_s = (statistics.median(t) for t in times)
+        print(
+            f"beam {beam}, {rows:2d} sentences: Int8Linear everywhere {rows * TOKENS / every_s:5.0f}"
+            f" tokens/s, fbgemm outside the step {rows * TOKENS / split_s:5.0f} "
+            f"({every_s / split_s:.2f}x)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument(
+        "--int8-split", type=int, metavar="ROUNDS",
+        help="only compare the int8 kinds of a captured model (`int8_split`) over ROUNDS runs",
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     import torch
@@ -135,6 +181,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print(common.describe(common.machine(), common.versions("torch")), end="")
     print(f"; {torch.get_num_threads()} threads")
+    if args.int8_split:
+        return int8_split(args.int8_split)
     sources = [s[None] for s in common.random_sentences(8, common.SRC_LEN)]
     reference = None  # the first path's tokens (fp32, nn.Linear)
     for name, settings in paths(native_bf16("cpu")):

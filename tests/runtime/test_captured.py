@@ -9,6 +9,7 @@ import copy
 import pytest
 import torch
 from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from qkv import Transformer
 from qkv.decode import beam_search, greedy
@@ -104,7 +105,12 @@ def test_captured_int8_decodes_near_its_eager_twin() -> None:
     model = tiny_model(d_model=64, d_ff=128)
     eager = prepare_for_decoding(copy.deepcopy(model), pack=False)
     captured = prepare_for_decoding(model, quantize="int8", capture=True)
-    assert not any(type(m) is nn.Linear for m in captured.modules())
+    linear = (nn.Linear, DynamicInt8Linear, Int8Linear)
+    kinds = {name: type(m) for name, m in captured.named_modules() if type(m) in linear}
+    assert nn.Linear not in kinds.values()
+    called_eagerly = [n for n in kinds if n.startswith("encoder.") or n.endswith(("kv_proj", "output_projection"))]
+    assert len(called_eagerly) > 3 and {kinds[n] for n in called_eagerly} == {DynamicInt8Linear}  # fbgemm
+    assert {t for n, t in kinds.items() if n not in called_eagerly} == {Int8Linear}  # in the step
     src = batch(random_sources(2, seed=5, max_len=8))
     with torch.inference_mode():
         memory = eager.encode(src)

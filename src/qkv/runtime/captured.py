@@ -11,9 +11,12 @@ buffer in place, and attention reads the whole buffer with the positions not yet
 out. Everything else, the first call of a prefix, attention weights, training, runs the readable
 `Decoder` it wraps, unchanged.
 
-int8 (`Int8Linear`): weights quantized per output row, the activations per row at run time (the
-scheme CTranslate2 uses), multiplied by `torch._int_mm`, whose cost grows with the rows: it gains
-most for greedy decoding of one sentence (docs/benchmarks.md, "A captured decoding step").
+int8 (`int8_linears`): the step's linear layers are `Int8Linear`, weights quantized per output
+row, the activations per row at run time (the scheme CTranslate2 uses), multiplied by
+`torch._int_mm`, whose cost grows with the rows: it gains most for greedy decoding of one sentence
+(docs/benchmarks.md, "A captured decoding step"). The ones called outside the step (the encoder,
+the cross-attention's memory projections, the output projection) are fbgemm's dynamic int8, faster
+called one by one.
 
 The compilation costs seconds once per process (TorchInductor caches its work on disk, in
 `TORCHINDUCTOR_CACHE_DIR`); a model served or decoding many sentences amortises it.
@@ -34,6 +37,7 @@ from ..model.attention import AttentionWeights, DotProductScore, MultiHeadedAtte
 from ..model.cache import DecoderCache
 from ..model.layers import SublayerConnection
 from ..model.transformer import Decoder
+from .quantize import quantize_int8
 from .swap import rebuilt_as, replace_modules
 
 CAPTURE_OPTIONS = {"freezing": True, "cpp_wrapper": True}  # torch.compile's inductor options
@@ -87,7 +91,20 @@ class Int8Linear(nn.Module):
 
 
 def int8_linears(model: nn.Module) -> nn.Module:
-    """Every `nn.Linear` of `model` replaced (in place) by an `Int8Linear`."""
+    """Every `nn.Linear` of `model` made int8 (in place), each of the kind that runs it faster:
+    those of the decoder's one-token step `Int8Linear` (the compiled program fuses their
+    quantization of x), the ones called eagerly (the encoder, the cross-attention's memory
+    projections, the output projection) fbgemm's (`runtime.quantize`: 1.3-2.5x faster called so,
+    docs/benchmarks.md). A model that cannot be captured: all `Int8Linear`."""
+    if capture_refusal(model) is None:
+        called_eagerly = ("cross_attn.kv_proj", "output_projection")
+        eager = [
+            name
+            for name, m in model.named_modules()
+            if type(m) is nn.Linear
+            and (name.startswith("encoder.") or name.endswith(called_eagerly))
+        ]
+        quantize_int8(model, inplace=True, only=eager)
     return replace_modules(model, nn.Linear, Int8Linear)
 
 

@@ -40,7 +40,7 @@ def prepare_for_decoding(
     means fp32 and "bf16" is refused.
 
     capture: the decoder's cached one-token steps run compiled (`runtime.captured`), the weights
-    frozen into the program (packing is left to the compiler); int8 there is `Int8Linear`.
+    frozen into the program (packing is left to the compiler); int8 there is `int8_linears`.
     plain_rows: packed layers multiply inputs of at most that many rows by the weights as stored,
     kept beside the packed ones (`runtime.choice` sets it where one row runs faster so).
     """

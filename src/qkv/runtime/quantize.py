@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -21,12 +22,15 @@ from torch import nn
 QUANTIZATIONS = ("int8",)
 
 
-def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
+def quantize_int8(
+    model: nn.Module, inplace: bool = False, only: Iterable[str] | None = None
+) -> nn.Module:
     """An int8 copy of `model` for CPU inference.
 
     The original is left as it is, unless `inplace`: then its linear layers are swapped, which saves
     holding a float copy. Tied weights are untied: the quantized output projection no longer shares
-    the embedding matrix.
+    the embedding matrix. only: the dotted names of the submodules whose linear layers become int8
+    (default: every linear layer).
     """
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
@@ -44,6 +48,6 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
         warnings.filterwarnings(
             "ignore", message=".*quantized tensor creation functions.*", category=UserWarning
         )
-        return quantize_dynamic(
-            model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=inplace
-        )
+        kinds = [nn.Linear] if only is None else list(only)
+        spec = dict.fromkeys(kinds, per_channel_dynamic_qconfig)
+        return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=inplace)
