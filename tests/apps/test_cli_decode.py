@@ -127,7 +127,7 @@ def test_translate_as_a_process_reads_and_writes_utf8(model_dir: Path) -> None:
 def test_the_translating_commands_turn_cudnn_attention_off(
     command: str, model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """cuDNN's attention builds a graph per shape on CUDA (bf16 decoding 4-10x slower)."""
+    """cuDNN's attention builds a graph per shape on CUDA (bf16 decoding 2.5-10x slower)."""
     calls = []
     monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", calls.append)
     (tmp_path / "src.en").write_text(EN[0] + "\n", encoding="utf-8")

@@ -59,7 +59,7 @@ class DecodingPath:
 
 CUDNN_ATTENTION_NOTE = (
     "bf16 decoding on CUDA with cuDNN's attention on: it builds a graph for every new shape, and "
-    "each decoding step has a new one (4-10x slower on an H200); "
+    "each decoding step has a new one (2.5-10x slower on an H200); "
     "qkv.runtime.process.configure_process(cudnn_attention=False) turns it off, as the qkv "
     "commands do"
 )

@@ -10,11 +10,10 @@ One worker thread owns the models. It takes the oldest waiting request, then gat
 that arrive within `max_wait` seconds (up to about `collect_tokens` source tokens), groups
 their sentences by language pair and decoding options, sorts each group by length, cuts it into
 batches of at most its translator's `runtime.batch_tokens` padded source tokens
-(`Translator.batches`) and decodes each batch
-with `Translator.translate_batch`. Each request gets its own translations back, in its order. Greedy
-and beam search decode every row of a batch independently, so the translations a request gets do
-not depend on what else was in its batch (scores agree to float32 rounding: batched matrix products
-round differently for other shapes).
+(`Translator.batches`) and decodes each batch with `Translator.translate_batch`. Each request
+gets its own translations back, in its order. Greedy and beam search decode every row of a batch
+independently, so the translations a request gets do not depend on what else was in its batch
+(scores agree to float32 rounding: batched matrix products round differently for other shapes).
 
 Within what it gathered, the cheapest group (beam × output length limit of its sentences) is
 decoded first, so that a short request does not wait behind a long one that came with it. A request
