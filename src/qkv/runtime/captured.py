@@ -95,15 +95,14 @@ def int8_linears(model: nn.Module) -> nn.Module:
     those of the decoder's one-token step `Int8Linear` (the compiled program fuses their
     quantization of x), the ones called eagerly (the encoder, the cross-attention's memory
     projections, the output projection) fbgemm's (`runtime.quantize`: 1.3-2.5x faster called so,
-    docs/benchmarks.md). A model that cannot be captured: all `Int8Linear`."""
-    if capture_refusal(model) is None:
-        called_eagerly = ("cross_attn.kv_proj", "output_projection")
-        eager = [
-            name
-            for name, m in model.named_modules()
-            if type(m) is nn.Linear
-            and (name.startswith("encoder.") or name.endswith(called_eagerly))
-        ]
+    docs/benchmarks.md)."""
+    called_eagerly = ("cross_attn.kv_proj", "output_projection")
+    eager = [
+        name
+        for name, m in model.named_modules()
+        if type(m) is nn.Linear and (name.startswith("encoder.") or name.endswith(called_eagerly))
+    ]
+    if eager:
         quantize_int8(model, inplace=True, only=eager)
     return replace_modules(model, nn.Linear, Int8Linear)
 

@@ -48,6 +48,6 @@ def quantize_int8(
         warnings.filterwarnings(
             "ignore", message=".*quantized tensor creation functions.*", category=UserWarning
         )
-        kinds = [nn.Linear] if only is None else list(only)
-        spec = dict.fromkeys(kinds, per_channel_dynamic_qconfig)
+        targets = [nn.Linear] if only is None else list(only)  # a module class, or names
+        spec = dict.fromkeys(targets, per_channel_dynamic_qconfig)
         return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=inplace)
