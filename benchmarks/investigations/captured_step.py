@@ -111,8 +111,19 @@ def kernels(rows: int) -> dict[str, float]:
     def qlinear() -> list:
         return [
             torch.ops.onednn.qlinear_pointwise(
-                unsigned[m.in_features], 0.05, 128, w, m.scale, z, m.bias, 1.0, 0,
-                torch.float32, "none", [], "",
+                unsigned[m.in_features],
+                0.05,
+                128,
+                w,
+                m.scale,
+                z,
+                m.bias,
+                1.0,
+                0,
+                torch.float32,
+                "none",
+                [],
+                "",
             )
             for m, w, z in zip(int8, packed, zero, strict=True)
         ]
@@ -141,8 +152,13 @@ def int8_split(rounds: int) -> None:
     from qkv.runtime.swap import replace_modules
 
     base = common.base_model()
-    every = replace_modules(use_decoding_attention(copy.deepcopy(base).eval()), nn.Linear, Int8Linear)
-    models = [capture_decoder(every), prepare_for_decoding(base, "cpu", quantize="int8", capture=True)]
+    every = replace_modules(
+        use_decoding_attention(copy.deepcopy(base).eval()), nn.Linear, Int8Linear
+    )
+    models = [
+        capture_decoder(every),
+        prepare_for_decoding(base, "cpu", quantize="int8", capture=True),
+    ]
     for beam, rows in ((1, 1), (4, 1), (1, 32), (4, 32)):
         src = common.random_sentences(rows, common.SRC_LEN)
         kw = dict(min_len=TOKENS, max_len=TOKENS)
@@ -166,9 +182,13 @@ def int8_split(rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument(
-        "--int8-split", type=int, metavar="ROUNDS",
+        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+    )
+    parser.add_argument(
+        "--int8-split",
+        type=int,
+        metavar="ROUNDS",
         help="only compare the int8 kinds of a captured model (`int8_split`) over ROUNDS runs",
     )
     args = parser.parse_args()

@@ -18,7 +18,8 @@ tokens; batch 1 decodes 8 sentences one at a time, batch 32 decodes 64 in batche
 helper of this checkout, whichever tree PYTHONPATH names); "others' cores" is the CPU that other
 processes used meanwhile (a noisy A/B shows there). `--cache-off` decodes without the decoder cache
 (every step recomputes the prefix). `--profile` prints where the time of one batch goes instead
-(torch.profiler, operators by self time).
+(torch.profiler, operators by self time; with `--capture` the compiled program's kernels and the
+ATen calls it makes are listed too).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ def main() -> None:
         choices=["int8"],
         help="int8 linear layers, as `--quantize int8` decodes (fp32 otherwise)",
     )
+    parser.add_argument(
+        "--capture", action="store_true", help="decode through a captured step, as `--capture`"
+    )
     parser.add_argument("--cache-off", action="store_true", help="decode without the decoder cache")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="", help="a label printed first (which tree this is)")
@@ -83,11 +87,14 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.profile:
+        torch._inductor.config.cpp.enable_kernel_profile = True  # a captured step's kernels
     model = prepare_for_decoding(
         common.base_model().to(args.device),
         args.device,
         quantize=args.quantize,
         precision=args.precision,
+        capture=args.capture,
     )
     n = common.BATCH32_SENTENCES if args.batch == 32 else common.BATCH1_SENTENCES
     new_tokens, use_cache = common.NEW_TOKENS, not args.cache_off
@@ -119,7 +126,7 @@ def main() -> None:
         print(args.tag)
         print(
             prof.key_averages().table(
-                sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40
+                sort_by="self_cpu_time_total", row_limit=16, max_name_column_width=50
             )
         )
         return
@@ -127,7 +134,7 @@ def main() -> None:
     processes = f" processes {args.processes}" if args.processes else ""
     setting = (
         f"{args.search} b{args.batch} workers {args.workers}{processes} "
-        f"{args.quantize or args.precision}"
+        f"{args.quantize or args.precision}{' captured' if args.capture else ''}"
     )
     print(
         f"{args.tag}\t{setting}{' cache off' if args.cache_off else ''}"

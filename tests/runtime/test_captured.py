@@ -66,6 +66,21 @@ def test_captured_model_finds_the_same_hypotheses(models: tuple[Transformer, Tra
     assert [h[0].score for h in ours] == pytest.approx([h[0].score for h in theirs], abs=1e-4)
 
 
+def test_one_program_serves_a_whole_decode_its_reads_growing_to_the_buffer() -> None:
+    """Self-attention reads the held positions (a symbolic length), up to the last but one of a
+    buffer sized for the longest output: reading a whole buffer would be a second program."""
+    model = prepare_for_decoding(tiny_model(d_model=32, d_ff=48), pack=False)
+    captured = capture_decoder(model)  # a shape of its own: its program is compiled here
+    src = batch(random_sources(2, seed=6, max_len=8))
+    stats = torch._dynamo.utils.counters["stats"]
+    before = stats["unique_graphs"]
+    with torch.inference_mode():
+        for s in (src, src.flip(0)):
+            hyps = greedy(captured, s, min_len=20, max_len=20)
+            assert [len(h.tokens) for h in hyps] == [20, 20]
+    assert stats["unique_graphs"] - before == 1
+
+
 def test_a_prefix_and_attention_weights_take_the_readable_path(
     models: tuple[Transformer, Transformer],
 ) -> None:

@@ -59,13 +59,14 @@ class KVCache:
         self.length = new_length
         return self.keys, self.values
 
-    def reserve(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def reserve(self, k: Tensor, v: Tensor, spare: int = 0) -> tuple[Tensor, Tensor]:
         """The whole buffers (B, H_kv, capacity, Dh), grown if they cannot hold k's T positions
-        (B, H_kv, T, Dh) after those held. A step that writes its keys and values into them itself
-        (`runtime.captured`) then calls `advance(T)`."""
-        new_length = self.length + k.size(2)
+        (B, H_kv, T, Dh) after those held and `spare` more (a new buffer: capacity + spare). A step
+        that writes its keys and values into them itself (`runtime.captured`) then calls
+        `advance(T)`."""
+        new_length = self.length + k.size(2) + spare
         if self._k is None or new_length > self._k.size(2):
-            self._grow(k, v, max(2 * new_length, self.capacity))
+            self._grow(k, v, max(2 * new_length, self.capacity + spare))
         assert self._k is not None and self._v is not None
         return self._k, self._v
 

@@ -7,9 +7,12 @@ outside, `capture_decoder`) and runs that step through `torch.compile` (TorchInd
 frozen weights, shapes symbolic: one compilation per family of shapes, one row or several, beams
 sharing a memory row or not, serves every batch, source length and cache size). The step reads
 and writes the model's own `DecoderCache`: each layer's new key and value go into the cache's
-buffer in place, and attention reads the whole buffer with the positions not yet written masked
-out. Everything else, the first call of a prefix, attention weights, training, runs the readable
-`Decoder` it wraps, unchanged.
+buffer in place, and attention reads the positions held, rounded up to `READ_BLOCK`, the ones not
+yet written masked out (a symbolic length: the steps share one program). The buffer is sized for
+the longest output allowed, and these reads are most of a step's memory traffic at 32 sentences:
+reading only what is held saves a tenth to a fifth there (docs/benchmarks.md). Everything else,
+the first call of a prefix, attention weights, training, runs the readable `Decoder` it wraps,
+unchanged.
 
 int8 (`int8_linears`): the step's linear layers are `Int8Linear`, weights quantized per output
 row, the activations per row at run time (the scheme CTranslate2 uses), multiplied by
@@ -44,6 +47,9 @@ CAPTURE_OPTIONS = {"freezing": True, "cpp_wrapper": True}  # torch.compile's ind
 # graphs a process may compile for one step: one per family of shapes (one row or more, beams
 # sharing a memory row or not, ...); past it the step runs uncompiled
 RECOMPILE_LIMIT = 32
+# self-attention reads the held positions rounded up to a multiple of this: never 0 or 1 (lengths
+# torch.compile would specialise on, a second program), and a masked tail of at most 7
+READ_BLOCK = 8
 
 
 def capture_refusal(model: nn.Module) -> str | None:
@@ -138,7 +144,10 @@ class CapturedDecoder(Decoder):
             assert cross is not None and layer.cross_attn is not None
             if cross.empty:  # once per source, as the readable decoder does
                 cross.set_static(*layer.cross_attn.project_memory(memory))
-            k, v = own.reserve(new, new)  # (R, H_kv, capacity, Dh), room for one more
+            # (R, H_kv, capacity, Dh), room for this step's position and a spare one: the
+            # positions read never fill a whole buffer (read whole, it is contiguous: a second
+            # program)
+            k, v = own.reserve(new, new, spare=1)
             keys.append(k)
             values.append(v)
             memory_keys.append(cross.keys)  # (B_m, H_kv, S, Dh)
@@ -149,14 +158,14 @@ class CapturedDecoder(Decoder):
             memory_mask = torch.ones(B_m, 1, 1, S, dtype=torch.bool)
         zeros = torch.zeros(1, 1, self.cfg.d_model, dtype=dtype)
         positions = zeros if self.absolute is None else self.absolute(zeros, length)  # (1, 1, D)
-        written = torch.arange(keys[0].size(2)) <= length  # (capacity,): the positions held
+        read = min(keys[0].size(2) - 1, -(-(length + 1) // READ_BLOCK) * READ_BLOCK)
         position = torch.tensor([length])
         ids = tgt_ids.clone(memory_format=torch.contiguous_format)  # a column's stride: a new graph
         hidden = self._step(
             ids,
             positions,
             position,
-            written,
+            read,
             keys,
             values,
             memory_keys,
@@ -172,7 +181,7 @@ class CapturedDecoder(Decoder):
         ids: Tensor,
         positions: Tensor,
         position: Tensor,
-        written: Tensor,
+        read: int,
         keys: list[Tensor],
         values: list[Tensor],
         memory_keys: list[Tensor],
@@ -182,12 +191,13 @@ class CapturedDecoder(Decoder):
         """The step `torch.compile` captures: the readable decoder's arithmetic for one new token.
 
         ids (R, 1); positions (1, 1, D) the positional row added (zeros without one); position (1,)
-        where the new key and value go; written (capacity,) the positions held after this step;
-        keys/values per layer (R, H_kv, capacity, Dh), written in place; memory_keys/values per
-        layer (B_m, H_kv, S, Dh); memory_mask (B_m | 1, 1, 1, S) -> hidden (R, 1, D).
+        where the new key and value go; read: the positions self-attention reads (those held after
+        this step, and a masked tail); keys/values per layer (R, H_kv, capacity, Dh), written in
+        place; memory_keys/values per layer (B_m, H_kv, S, Dh); memory_mask (B_m | 1, 1, 1, S)
+        -> hidden (R, 1, D).
         """
         x = self.dropout(self.embedding(ids) + positions)  # (R, 1, D)
-        held = written[None, None, None, :]  # (1, 1, 1, capacity)
+        held = (torch.arange(read) <= position)[None, None, None, :]  # (1, 1, 1, read)
         for i, layer in enumerate(self.layers):
             x = _residual(
                 layer.self_attn_block,
@@ -221,11 +231,12 @@ def _self_attention(
     held: Tensor,
 ) -> Tensor:
     """h (R, 1, D): its key and value written at `position` of the buffers, then attention over
-    the positions `held` -> (R, 1, D)."""
+    their first positions, those `held` (1, 1, 1, read) -> (R, 1, D)."""
     q, k, v = attention.project_self(h)  # (R, H, 1, Dh), (R, H_kv, 1, Dh)
     keys.index_copy_(2, position, k)
     values.index_copy_(2, position, v)
-    return _attend(attention, q, keys, values, held)
+    read = held.size(-1)
+    return _attend(attention, q, keys.narrow(2, 0, read), values.narrow(2, 0, read), held)
 
 
 def _attend(
