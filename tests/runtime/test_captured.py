@@ -43,7 +43,9 @@ def test_captured_steps_equal_the_readable_decoder_through_growth_beams_and_padd
         caches = plain.new_cache(capacity=2), captured.new_cache(capacity=2)  # grows twice
         for t in range(steps.size(1)):
             ids = steps[:, t : t + 1]
-            want, got = (m.decode(ids, memory, mask, c) for m, c in zip(models, caches, strict=True))
+            want, got = (
+                m.decode(ids, memory, mask, c) for m, c in zip(models, caches, strict=True)
+            )
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
             if t == 4:  # the second source's hypotheses leave; the others swap places
                 rows, sources = torch.tensor([1, 0, 5, 4]), torch.tensor([0, 2])
@@ -91,7 +93,9 @@ def test_a_prefix_and_attention_weights_take_the_readable_path(
         memory = plain.encode(src)
         caches = plain.new_cache(), captured.new_cache()
         for ids in (tgt[:, :3], tgt[:, 3:4], tgt[:, 4:5]):  # a 3-token prefix, then steps
-            want, got = (m.decode(ids, memory, None, c) for m, c in zip(models, caches, strict=True))
+            want, got = (
+                m.decode(ids, memory, None, c) for m, c in zip(models, caches, strict=True)
+            )
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         weights = AttentionWeights(), AttentionWeights()
         for m, w in zip(models, weights, strict=True):
@@ -123,19 +127,28 @@ def test_captured_int8_decodes_near_its_eager_twin() -> None:
     linear = (nn.Linear, DynamicInt8Linear, Int8Linear)
     kinds = {name: type(m) for name, m in captured.named_modules() if type(m) in linear}
     assert nn.Linear not in kinds.values()
-    called_eagerly = [n for n in kinds if n.startswith("encoder.") or n.endswith(("kv_proj", "output_projection"))]
-    assert len(called_eagerly) > 3 and {kinds[n] for n in called_eagerly} == {DynamicInt8Linear}  # fbgemm
+    called_eagerly = [
+        n for n in kinds if n.startswith("encoder.") or n.endswith(("kv_proj", "output_projection"))
+    ]
+    assert len(called_eagerly) > 3 and {kinds[n] for n in called_eagerly} == {
+        DynamicInt8Linear
+    }  # fbgemm
     assert {t for n, t in kinds.items() if n not in called_eagerly} == {Int8Linear}  # in the step
     src = batch(random_sources(2, seed=5, max_len=8))
     with torch.inference_mode():
         memory = eager.encode(src)
         caches = eager.new_cache(), captured.new_cache()
         for ids in torch.randint(4, 40, (2, 6)).T:
-            want, got = (m.decode(ids[:, None], memory, None, c) for m, c in zip((eager, captured), caches, strict=True))
+            want, got = (
+                m.decode(ids[:, None], memory, None, c)
+                for m, c in zip((eager, captured), caches, strict=True)
+            )
             assert (got - want).abs().max() < 0.05 * want.abs().max()
 
 
-def test_what_cannot_be_captured_is_refused_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_what_cannot_be_captured_is_refused_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert capture_refusal(Transformer(tiny_config())) is None
     rope = Transformer(tiny_config(positional="rope"))
     assert "positional='rope'" in str(capture_refusal(rope))
