@@ -9,8 +9,8 @@ sharing a memory row or not, serves every batch, source length and cache size). 
 and writes the model's own `DecoderCache`: each layer's new key and value go into the cache's
 buffer in place, and attention reads the positions held, rounded up to `READ_BLOCK`, the ones not
 yet written masked out (a symbolic length: the steps share one program). The buffer is sized for
-the longest output allowed, and these reads are most of a step's memory traffic at 32 sentences:
-reading only what is held saves a tenth to a fifth there (docs/benchmarks.md). Everything else,
+the longest output allowed, and these reads are much of a step's memory traffic: reading only what
+is held translates Multi30k's test set 1.05-1.18x faster (docs/benchmarks.md). Everything else,
 the first call of a prefix, attention weights, training, runs the readable `Decoder` it wraps,
 unchanged.
 
@@ -47,8 +47,8 @@ CAPTURE_OPTIONS = {"freezing": True, "cpp_wrapper": True}  # torch.compile's ind
 # graphs a process may compile for one step: one per family of shapes (one row or more, beams
 # sharing a memory row or not, ...); past it the step runs uncompiled
 RECOMPILE_LIMIT = 32
-# self-attention reads the held positions rounded up to a multiple of this: never 0 or 1 (lengths
-# torch.compile would specialise on, a second program), and a masked tail of at most 7
+# self-attention reads the held positions rounded up to a multiple of this (at most the buffer's
+# size less one): never 0 or 1, lengths torch.compile would specialise on (a second program)
 READ_BLOCK = 8
 
 
