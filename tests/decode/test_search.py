@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from qkv import DecoderOnly, Transformer
 from qkv.decode import attention_weights, beam_search, filter_logits, greedy, length_penalty, sample
 from qkv.decode.beam import _in_place_order
-from qkv.decode.search import BeamStep, Hypothesis
+from qkv.decode.search import BeamStep, Hypothesis, most_probable
 from qkv.model import AttentionWeights, padding_mask
 from tiny_models import V, batch, random_sources, tiny_config, tiny_model
 
@@ -338,3 +338,13 @@ def test_bad_arguments() -> None:
         beam_search(model, src, beam=2, nbest=3)
     with pytest.raises(ValueError, match="eval"):
         greedy(model.train(), src)
+
+
+def test_the_most_probable_token_is_argmax_s_the_first_of_a_tie() -> None:
+    logp = torch.log_softmax(torch.randn(5, 300, generator=torch.Generator().manual_seed(0)), -1)
+    logp[1, [7, 9, 250]] = 0.0  # three tied maxima: the first wins
+    logp[2] = -math.inf  # every token forbidden but one
+    logp[2, 299] = 0.0
+    logp[3, :] = -1.0  # all tied
+    got = most_probable(logp)
+    assert got.tolist() == logp.argmax(-1).tolist() and got[1] == 7 and got[3] == 0
