@@ -19,13 +19,13 @@ the CPU other processes used meanwhile. The outputs of every pass must be the sa
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
 from pathlib import Path
 
 import torch
 
 from qkv.apps.translator import Translator
+from qkv.data.corpus import read_lines
 from qkv.decode.options import DecodeOptions
 from qkv.runtime.options import RuntimeOptions
 
@@ -41,6 +41,11 @@ def main() -> None:
     parser.add_argument("--quantize", choices=["int8"])
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="fp32")
     parser.add_argument("--capture", action="store_true", help="decode through a captured step")
+    parser.add_argument(
+        "--pack",
+        action=argparse.BooleanOptionalAction,
+        help="packed float32 weights or not (default: what `Translator.load` chooses)",
+    )
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="", help="a label printed first (which tree this is)")
@@ -48,11 +53,9 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    opener = gzip.open if args.src.endswith(".gz") else open
-    with opener(args.src, "rt", encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
+    lines = read_lines(args.src)
     runtime = RuntimeOptions(
-        quantize=args.quantize, precision=args.precision, capture=args.capture, pack=False
+        quantize=args.quantize, precision=args.precision, capture=args.capture, pack=args.pack
     )
     translator = Translator.load(args.model, runtime)
     options = DecodeOptions(beam=args.beam)
