@@ -31,6 +31,7 @@ from typing import Any
 
 import common  # benchmarks/common.py (the script's folder is on sys.path)
 from common import D_MODEL, HEADS
+from qkv.runtime.process import tcmalloc_library
 from speed_engines import build, check, check_line, worker  # benchmarks/speed_engines.py
 from speed_tables import attention_table, decode_table, peer_table, train_table
 
@@ -138,12 +139,22 @@ def plan(args: argparse.Namespace, bf16: bool) -> dict[str, Any]:
     return {"decoding": decoding, "matmul": matmul, "training": training, "attention": attention}
 
 
+def worker_environment(spec: dict[str, Any]) -> dict[str, str]:
+    """A worker's environment: qkv's rows run with tcmalloc preloaded where it is installed, as
+    qkv's commands run on the CPU (`qkv.runtime.process.restart_with_tcmalloc`); the others with
+    the system's allocator, as their libraries run."""
+    library = tcmalloc_library() if spec.get("engine") == "qkv" else None
+    if library is None:
+        return ENV
+    return {**ENV, "LD_PRELOAD": " ".join(filter(None, [library, ENV.get("LD_PRELOAD")]))}
+
+
 def run_worker(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     """Run one measurement in a fresh Python process; exit 1 with its stderr if it fails."""
     load = os.getloadavg()[0]
     start = time.perf_counter()
     command = [sys.executable, __file__, "--worker", json.dumps(spec), "--workdir", str(work)]
-    proc = subprocess.run(command, capture_output=True, text=True, env=ENV)
+    proc = subprocess.run(command, capture_output=True, text=True, env=worker_environment(spec))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         print(proc.stdout + proc.stderr, file=sys.stderr)

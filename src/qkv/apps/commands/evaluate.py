@@ -12,6 +12,7 @@ from ._flags import (
     add_decoding_arguments,
     add_flags,
     decode_options,
+    restart_on_cpu,
     runtime_options,
 )
 from ._io import Output, check_output_path, read_lines
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     sources, refs, tok_refs = _read_test_set(test)
     if args.output:
         check_output_path(args.output, [test.src, test.ref, test.tok_ref])
+    restart_on_cpu(args, runtime.device)  # after the checks
     translator = load_translator(args.model, runtime)
     output = Output(args.output) if args.output else None
     try:

@@ -15,6 +15,7 @@ from ._flags import (
     add_flags,
     decode_options,
     read_glossary,
+    restart_on_cpu,
     runtime_options,
 )
 from ._translating import print_decoding_path
@@ -141,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     runtime = runtime_options(args)
     glossary = read_glossary(args)
     bind(args.host, args.port).close()  # a busy port or an unknown host: before the models load
+    restart_on_cpu(args, runtime.device)
     configure_process(threads=runtime.threads, cudnn_attention=False)  # qkv.runtime.process
     models = load_models(args.model, args.pair or (), runtime)
     print_decoding_path(models[0].translator)

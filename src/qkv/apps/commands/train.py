@@ -41,13 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...runtime.process import configure_process, restart_with_tcmalloc
+    from ...runtime.process import configure_process
     from ...train import Trainer, load_train_config, parse_overrides
     from ...train.distributed import resolve_device
+    from ._flags import restart_on_cpu
 
     cfg = load_train_config(args.config, parse_overrides(args.overrides))
-    if args.own_process and resolve_device(cfg.device).type == "cpu":
-        restart_with_tcmalloc()  # flat memory on the CPU where tcmalloc is installed
+    restart_on_cpu(args, resolve_device(cfg.device))  # flat memory where tcmalloc is installed
     configure_process(**cfg.process_settings())  # threads, seed, allocator: before anything runs
     try:
         trainer = Trainer(

@@ -12,6 +12,7 @@ from ._flags import (
     add_flags,
     decode_options,
     read_glossary,
+    restart_on_cpu,
     runtime_options,
 )
 from ._io import Output, read_input_lines
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--trace shows beam search without a glossary: leave out --glossary")
     runtime = runtime_options(args)  # a bad device, before the input is read
     glossary = read_glossary(args)
+    restart_on_cpu(args, runtime.device)  # after the checks, before stdin is read
     lines = read_input_lines(args.input)
     output = Output()
     translator = load_translator(args.model, runtime)
