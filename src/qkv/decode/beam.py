@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .interface import Decodable
+from .largest import top_k
 from .rows import Abandoned, Hypothesis, Rows, constrain, kept_rows, length_penalty
 
 
@@ -128,7 +129,7 @@ def _best_extensions(scores: Tensor, logp: Tensor, k: int) -> tuple[Tensor, Tens
     Ba, n = scores.shape
     V = logp.size(-1)
     candidates = (scores[:, :, None] + logp.view(Ba, n, V)).view(Ba, n * V)  # (Ba, n V)
-    top, index = candidates.topk(min(k, n * V), dim=1)  # (Ba, k')
+    top, index = top_k(candidates, min(k, n * V))  # (Ba, k')
     return top, index // V, index % V
 
 
