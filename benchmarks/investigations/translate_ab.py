@@ -13,7 +13,9 @@ model says, sentences leave their batch as they finish, and the decoder cache is
 `qkv translate` sizes it (for the longest output allowed, source + 50 tokens). `Translator.load`
 with the runtime options given, `Translator.translate` with its default batching; the time is the
 median of `--repeats` passes after the first (the timing helper of this checkout), "others' cores"
-the CPU other processes used meanwhile. The outputs of every pass must be the same.
+the CPU other processes used meanwhile, and the process's peak RSS. The outputs of every pass
+must be the same. The allocator is the one the process starts with: qkv's commands run with
+tcmalloc on the CPU (`LD_PRELOAD=libtcmalloc_minimal.so.4` here, glibc's without).
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ def main() -> None:
         f"{args.tag}\tbeam {args.beam} {args.quantize or args.precision}"
         f"{' captured' if args.capture else ''}\t{len(lines) / times['seconds']:.1f} lines/s"
         f"\tfirst pass {times['first_call_seconds']:.1f} s\tothers' cores "
-        f"{times['other_cores']:.2f}\tsame outputs every pass: {same}",
+        f"{times['other_cores']:.2f}\tpeak RSS {common.memory_mb('VmHWM'):.0f} MB"
+        f"\tsame outputs every pass: {same}",
         flush=True,
     )
     if not same:

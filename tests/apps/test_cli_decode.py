@@ -14,12 +14,14 @@ import torch
 
 from qkv import Transformer, TransformerConfig
 from qkv.apps.cli import main
+from qkv.apps.commands.translate import RESTART_LINES
 from qkv.apps.evaluate import tokenize_lowercase
 from qkv.apps.translator import Translator
 from qkv.data.tokenizer import SubwordTokenizer
 from qkv.decode.options import DecodeOptions
 from qkv.modeldir import save_model_dir
 from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.process import tcmalloc_library
 from sentences import EN, ZH  # tests/sentences.py
 
 FAST = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "4"]  # short outputs keep the tests fast
@@ -121,6 +123,27 @@ def test_translate_as_a_process_reads_and_writes_utf8(model_dir: Path) -> None:
     outputs = run.stdout.decode("utf-8").split("\n")
     assert len(outputs) == 4 and outputs[1] == outputs[3] == "" and outputs[0]
     assert "translated 3 lines" in run.stderr.decode()
+
+
+def test_a_long_file_restarts_translate_with_tcmalloc_and_a_short_input_does_not(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """On the CPU, --input of RESTART_LINES lines restarts `qkv translate` with tcmalloc where it
+    is installed (it says so); the translations are those of the same lines through stdin."""
+    env = {k: v for k, v in os.environ.items() if k not in ("QKV_RESTARTED_WITH", "LD_PRELOAD")}
+    path = tmp_path / "long.txt"
+    path.write_text("\n".join([EN[2], *[""] * (RESTART_LINES - 2), ZH[3]]) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "qkv", "translate", "--model", str(model_dir), *FAST]
+    long = subprocess.run([*command, "--input", str(path)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert long.returncode == 0, long.stderr
+    assert ("allocator: tcmalloc" in long.stderr) == (tcmalloc_library() is not None)
+    outputs = long.stdout.split("\n")
+    short = subprocess.run(command, input=f"{EN[2]}\n{ZH[3]}\n", capture_output=True, text=True,
+                           env=env, timeout=120)
+    assert short.returncode == 0 and "allocator" not in short.stderr
+    assert [outputs[0], outputs[RESTART_LINES - 1]] == short.stdout.splitlines()
+    assert f"translated {RESTART_LINES} lines" in long.stderr
 
 
 @pytest.mark.parametrize("command", ["translate", "evaluate"])

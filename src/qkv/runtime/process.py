@@ -40,12 +40,12 @@ that ends it is tcmalloc, which keeps freed blocks in size classes (no page faul
 `multi30k-wide` in bf16 RSS stays at 2.6 GiB through update 200 and at 3.2 GiB from the first
 validation on, at glibc's speed or better). `restart_with_tcmalloc()` runs the
 same command again with tcmalloc preloaded where it is installed (Debian: `libtcmalloc-minimal4`);
-`qkv train`, `qkv translate`, `qkv evaluate` and `qkv serve` do so on a CPU and say so on stderr.
-Without it, glibc with the settings above for training. Decoding gains too: its step allocates
-and frees tensors of tens of MB (a batch's logits, its log-probs, beam search's candidates), which
-glibc maps and unmaps each time; with tcmalloc beam search on Multi30k runs 1.1-1.25x faster
-(docs/benchmarks.md, "The allocator"). A program that decodes through `Translator` gets it by
-starting Python with `LD_PRELOAD=libtcmalloc_minimal.so.4`.
+`qkv train`, `qkv evaluate`, `qkv serve` and `qkv translate` of a long file do so on a CPU and say
+so on stderr. Without it, glibc with the settings above for training. Decoding gains too: its step
+allocates and frees tensors of tens of MB (a batch's logits, its log-probs, beam search's
+candidates), which glibc maps and unmaps each time; with tcmalloc Multi30k's test set translates
+1.1-1.35x faster (docs/benchmarks.md, "The allocator for decoding"). A program that decodes
+through `Translator` gets it by starting Python with `LD_PRELOAD=libtcmalloc_minimal.so.4`.
 
 `cudnn_attention=False` turns off PyTorch's cuDNN backend of `scaled_dot_product_attention` (CUDA
 only; the flash and memory-efficient kernels take its place). On an H100 with torch 2.11 that

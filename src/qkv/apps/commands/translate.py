@@ -18,6 +18,10 @@ from ._flags import (
 from ._io import Output, read_input_lines
 from ._translating import load_translator, translate_html, translate_lines, translate_paragraphs
 
+# a file of this many lines restarts the command with tcmalloc on the CPU: the restart costs ~1 s,
+# which the faster steps repay after ~800 lines (docs/benchmarks.md, "The allocator for decoding")
+RESTART_LINES = 1000
+
 HELP = "translate lines from stdin or --input to stdout, one line per line"
 DESCRIPTION = (
     "Translate text: one output line per input line (an empty line gives an empty line), written "
@@ -74,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--trace shows beam search without a glossary: leave out --glossary")
     runtime = runtime_options(args)  # a bad device, before the input is read
     glossary = read_glossary(args)
-    restart_on_cpu(args, runtime.device)  # after the checks, before stdin is read
     lines = read_input_lines(args.input)
+    if args.input is not None and len(lines) >= RESTART_LINES:  # a file, read again after it
+        restart_on_cpu(args, runtime.device)
     output = Output()
     translator = load_translator(args.model, runtime)
     if args.trace:
