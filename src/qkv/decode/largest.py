@@ -13,7 +13,8 @@ value with `amax`, then look for the answer in a few blocks only:
   that large).
 
 A row's last entries that fill no whole block are looked at as they are. Rows too short for blocks
-to pay (`SHORT`) and few rows (`FEW_ROWS`: one sentence's greedy step) take torch's kernel.
+to pay (`SHORT`), few rows (`FEW_ROWS`: one sentence's greedy step) and tensors off the CPU (not
+measured there) take torch's kernel.
 Measured on Multi30k's test set and on 300 rows of 10,000 (docs/benchmarks.md, "The search's
 reductions"); tests/decode/test_largest.py checks both against torch, ties and -inf included.
 """
@@ -33,7 +34,7 @@ def first_max_index(x: Tensor) -> Tensor:
     (R, V) -> (R,)."""
     R, V = x.shape
     whole = V // BLOCK * BLOCK
-    if R < FEW_ROWS or V < SHORT:
+    if R < FEW_ROWS or V < SHORT or x.device.type != "cpu":
         return x.max(-1).indices
     block = x.unfold(1, BLOCK, BLOCK).amax(-1).max(-1).indices  # (R,) first block with the max
     columns = block[:, None] * BLOCK + torch.arange(BLOCK, device=x.device)  # (R, BLOCK)
@@ -50,7 +51,7 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     (among equal entries, which index comes first may differ): (R, N) -> (R, k), (R, k)."""
     R, width = x.shape  # (R, N)
     whole = width // BLOCK * BLOCK
-    if width < max(SHORT, 4 * k * BLOCK):  # few blocks: no gain
+    if width < max(SHORT, 4 * k * BLOCK) or x.device.type != "cpu":  # few blocks: no gain
         return x.topk(k, dim=1)
     blocks = x.unfold(1, BLOCK, BLOCK).amax(-1).topk(k, dim=1).indices  # (R, k)
     columns = blocks[:, :, None] * BLOCK + torch.arange(BLOCK, device=x.device)  # (R, k, BLOCK)
