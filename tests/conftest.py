@@ -29,20 +29,20 @@ def _float32_packed_is_the_fastest_path(_decoding_paths_in_a_temporary_cache: No
     """In this process, the measured default path is float32 with packed weights, so that tests
     compare against float32 oracles whatever this CPU's timings (session-wide: models that
     fixtures of any scope load see it too); tests/runtime/test_choice.py checks the choice itself,
-    with timings of its own. Its verdicts go to a file of their own: a `qkv` subprocess measures
-    real timings into the shared one, and its verdict (plain weights for batches, say) would
-    otherwise be this process's too, and the oracles' numbers differ in the last bits."""
+    with timings of its own. Its verdicts are cached under keys of their own: a `qkv` subprocess
+    measures real timings into the same file, and its verdict (plain weights for batches, say)
+    would otherwise be this process's too, the oracles' numbers then differing in the last bits."""
     from qkv.runtime import choice
 
     def fp32_packed_first(model: object, paths: list[tuple[str, bool]]) -> choice.Timings:
         rank = {("fp32", True): 1.0, ("fp32", False): 2.0}
         return {p: {rows: rank.get(p, 3.0) for rows in choice.ROWS} for p in paths}
 
-    own = choice.cache_file().with_name("decoding-paths-in-process.json")
+    key = choice.cache_key
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(choice, "time_greedy_steps", fp32_packed_first)
         # verdicts of its own: never one that a subprocess measured with real timings
-        patch.setattr(choice, "cache_file", lambda: own)
+        patch.setattr(choice, "cache_key", lambda *a: f"{key(*a)} | the tests' own timings")
         yield
 
 
