@@ -31,7 +31,7 @@ from typing import Any
 
 import common  # benchmarks/common.py (the script's folder is on sys.path)
 from common import D_MODEL, HEADS
-from qkv.runtime.process import tcmalloc_library
+from qkv.runtime.process import tcmalloc_library, with_tcmalloc
 from speed_engines import build, check, check_line, worker  # benchmarks/speed_engines.py
 from speed_tables import attention_table, decode_table, peer_table, train_table
 
@@ -144,9 +144,7 @@ def worker_environment(spec: dict[str, Any]) -> dict[str, str]:
     qkv's commands run on the CPU (`qkv.runtime.process.restart_with_tcmalloc`); the others with
     the system's allocator, as their libraries run."""
     library = tcmalloc_library() if spec.get("engine") == "qkv" else None
-    if library is None:
-        return ENV
-    return {**ENV, "LD_PRELOAD": " ".join(filter(None, [library, ENV.get("LD_PRELOAD")]))}
+    return ENV if library is None else with_tcmalloc(ENV, library)
 
 
 def run_worker(spec: dict[str, Any], work: Path) -> dict[str, Any]:

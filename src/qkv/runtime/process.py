@@ -64,6 +64,7 @@ import ctypes.util
 import os
 import random
 import sys
+from collections.abc import Mapping
 from functools import cache
 
 import numpy as np
@@ -167,6 +168,12 @@ def tcmalloc_loaded() -> bool:
         return False
 
 
+def with_tcmalloc(env: Mapping[str, str], library: str) -> dict[str, str]:
+    """`env` with tcmalloc's `library` first in LD_PRELOAD: a process started with it allocates
+    with tcmalloc."""
+    return {**env, "LD_PRELOAD": " ".join(filter(None, [library, env.get("LD_PRELOAD")]))}
+
+
 def restart_with_tcmalloc() -> None:
     """Replace this process by the same command with tcmalloc preloaded (module docstring): where
     tcmalloc is installed and not loaded yet, and this process was not started so already (an
@@ -175,8 +182,7 @@ def restart_with_tcmalloc() -> None:
     library = tcmalloc_library()
     if library is None or tcmalloc_loaded() or os.environ.get(_RESTARTED):
         return
-    preload = " ".join(filter(None, [library, os.environ.get("LD_PRELOAD")]))
-    env = {**os.environ, "LD_PRELOAD": preload, _RESTARTED: library}
+    env = {**with_tcmalloc(os.environ, library), _RESTARTED: library}
     print(
         f"allocator: tcmalloc ({library}): freed memory reused, no page faults, no growth",
         file=sys.stderr,
