@@ -9,13 +9,24 @@ import copy
 import pytest
 import torch
 from torch import nn
+from torch._dynamo.utils import counters
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from qkv import Transformer
 from qkv.decode import beam_search, greedy
 from qkv.model.attention import AttentionWeights
 from qkv.model.masks import padding_mask
-from qkv.runtime.captured import CapturedDecoder, Int8Linear, capture_decoder, capture_refusal
+from qkv.runtime.captured import (
+    CAPTURE_OPTIONS,
+    CapturedDecoder,
+    Int8Linear,
+    capture_decoder,
+    capture_refusal,
+    choose_onednn,
+    int8_linears,
+    onednn_int8_available,
+    onednn_rows_faster,
+)
 from qkv.runtime.options import RuntimeOptions
 from qkv.runtime.prepare import prepare_for_decoding
 from tiny_models import batch, random_sources, tiny_config, tiny_model
@@ -118,6 +129,40 @@ def test_int8_linear_is_its_quantization_computed_in_float64() -> None:
         close = linear(x)
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
     assert (got - close).abs().max() < 0.02 * close.abs().max()  # and near the float layer
+
+
+@pytest.mark.skipif(not onednn_int8_available(), reason="this torch has no oneDNN int8 product")
+def test_int8_rows_compiled_through_onednn_are_int_mm_s_sums_prepacked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With `onednn_rows` on, the compiled layer multiplies several rows by oneDNN's prepacked
+    weight (TorchInductor's freezing pattern fires: it needs the weights frozen) and one row by
+    `_int_mm`; both give the eager layer's outputs (`_int_mm`'s integer sums)."""
+    torch.manual_seed(0)
+    layer = Int8Linear(nn.Linear(64, 48))
+    layer.onednn_rows = True
+    monkeypatch.setattr(torch._inductor.config, "freezing", True)  # as capture_decoder sets it
+    compiled = torch.compile(layer, dynamic=True, options=CAPTURE_OPTIONS)
+    counters.clear()
+    with torch.inference_mode(), torch._inductor.config.patch(force_disable_caches=True):
+        for rows in (3, 1):
+            x = torch.randn(rows, 1, 64)
+            torch.testing.assert_close(compiled(x), layer(x), rtol=1e-6, atol=1e-6)
+    assert counters["inductor"]["qlinear_weight_prepack_matcher_count"] == 1  # the 3 rows' graph
+
+
+def test_the_int8_product_for_several_rows_is_chosen_by_its_measured_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert choose_onednn(1.0, 0.85) and not choose_onednn(1.0, 0.95)
+    model = tiny_model(d_model=64, d_ff=128)
+    for verdict in (True, False):
+        monkeypatch.setattr("qkv.runtime.captured.choose_onednn", lambda a, b, v=verdict: v)
+        step = [m for m in int8_linears(copy.deepcopy(model)).modules() if type(m) is Int8Linear]
+        assert len(step) > 3 and {m.onednn_rows for m in step} == {verdict}
+    monkeypatch.setattr("qkv.runtime.captured.onednn_int8_available", lambda: False)
+    monkeypatch.setattr("qkv.runtime.captured.choose_onednn", lambda a, b: True)
+    assert not onednn_rows_faster([Int8Linear(nn.Linear(8, 8))])  # nothing to measure
 
 
 def test_captured_int8_decodes_near_its_eager_twin() -> None:

@@ -15,11 +15,11 @@ the first call of a prefix, attention weights, training, runs the readable `Deco
 unchanged.
 
 int8 (`int8_linears`): the step's linear layers are `Int8Linear`, weights quantized per output
-row, the activations per row at run time (the scheme CTranslate2 uses), multiplied by
-`torch._int_mm`, whose cost grows with the rows: it gains most for greedy decoding of one sentence
-(docs/benchmarks.md, "A captured decoding step"). The ones called outside the step (the encoder,
-the cross-attention's memory projections, the output projection) are fbgemm's dynamic int8, faster
-called one by one.
+row, the activations per row at run time (the scheme CTranslate2 uses), one row multiplied by
+`torch._int_mm`, several by oneDNN's prepacked product where it measures faster (beam 4 of one
+sentence 1.2x here: docs/benchmarks.md, "A captured decoding step"). The ones called outside the
+step (the encoder, the cross-attention's memory projections, the output projection) are fbgemm's
+dynamic int8, faster called one by one.
 
 The compilation costs seconds once per process (TorchInductor caches its work on disk, in
 `TORCHINDUCTOR_CACHE_DIR`); a model served or decoding many sentences amortises it.
@@ -33,6 +33,7 @@ import shutil
 from typing import Any
 
 import torch
+import torch.ao.quantization.fx._decomposed  # registers torch.ops.quantized_decomposed
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -42,8 +43,13 @@ from ..model.layers import SublayerConnection
 from ..model.transformer import Decoder
 from .quantize import quantize_int8
 from .swap import rebuilt_as, replace_modules
+from .timing import time_calls
 
-CAPTURE_OPTIONS = {"freezing": True, "cpp_wrapper": True}  # torch.compile's inductor options
+CAPTURE_OPTIONS = {"cpp_wrapper": True}  # torch.compile's inductor options
+# oneDNN's prepacked int8 product replaces torch._int_mm for several rows when it takes at most
+# this share of its time (`onednn_rows_faster`)
+ONEDNN_MARGIN = 0.9
+DEQUANTIZE = torch.ops.quantized_decomposed
 # graphs a process may compile for one step: one per family of shapes (one row or more, beams
 # sharing a memory row or not, ...); past it the step runs uncompiled
 RECOMPILE_LIMIT = 32
@@ -74,7 +80,17 @@ class Int8Linear(nn.Module):
     """y = x W^T + b in int8: W quantized per output row, x per row when called.
 
     x (..., K) -> (..., N). W ≈ qweight * scale[:, None], x ≈ xq * sx; y = (xq @ qweightᵀ) sx scale.
+
+    The integer product runs in one of two kernels, with the same sums (the same outputs): one row,
+    and every row where `onednn_rows` is off, `torch._int_mm` (its one-row kernel reads the weight
+    at memory speed); several rows in the captured step with `onednn_rows` on, oneDNN's product of
+    unsigned x (xq + 128, zero point 128) by the weight prepacked once, 1.1-1.6x faster here at 2-64
+    rows (docs/benchmarks.md). That product is written as dequantize -> linear, the pattern
+    TorchInductor's freezing passes turn into `onednn.qlinear_pointwise`; `int8_linears` measures
+    whether it is faster on this CPU.
     """
+
+    onednn_rows = False
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -85,15 +101,64 @@ class Int8Linear(nn.Module):
         bias = None if linear.bias is None else linear.bias.detach().float()
         self.register_buffer("bias", bias)
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("unit", torch.ones(self.out_features))  # the pattern's weight scales
+        self.register_buffer("zero", torch.zeros(self.out_features, dtype=torch.long))
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, self.in_features).float()  # (M, K)
         sx = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127  # (M, 1)
-        xq = torch.round(rows / sx).to(torch.int8)
-        y = torch._int_mm(xq, self.qweight.t()) * (sx * self.scale)  # int32 (M, N) -> float
+        if self.onednn_rows and rows.size(0) > 1 and torch.compiler.is_compiling():
+            unsigned = (torch.round(rows / sx) + 128).to(torch.uint8)
+            xd = DEQUANTIZE.dequantize_per_tensor.default(unsigned, 1.0, 128, 0, 255, torch.uint8)
+            wd = DEQUANTIZE.dequantize_per_channel.default(
+                self.qweight, self.unit, self.zero, 0, -128, 127, torch.int8
+            )
+            y = F.linear(xd, wd) * (sx * self.scale)  # whole numbers (M, N), then scaled
+        else:
+            xq = torch.round(rows / sx).to(torch.int8)
+            y = torch._int_mm(xq, self.qweight.t()) * (sx * self.scale)  # int32 (M, N) -> float
         if self.bias is not None:
             y = y + self.bias
         return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
+
+
+def onednn_rows_faster(linears: list[Int8Linear], rows: int = 4, repeats: int = 5) -> bool:
+    """Whether oneDNN's prepacked product (`Int8Linear`) beats `torch._int_mm` for `rows`-row
+    inputs (beam search's four hypotheses) on this CPU: each multiplies the same rows by every
+    weight of `linears` in turn, the median of `repeats` passes, oneDNN chosen when at least
+    `ONEDNN_MARGIN` faster. False where oneDNN's int8 product is missing."""
+    if not linears or not onednn_int8_available():
+        return False
+    weights = [m.qweight for m in linears]
+    signed = {
+        w.size(1): torch.randint(-127, 128, (rows, w.size(1)), dtype=torch.int8) for w in weights
+    }
+    unsigned = {k: (x.short() + 128).to(torch.uint8) for k, x in signed.items()}
+    packed = [torch.ops.onednn.qlinear_prepack(w, None) for w in weights]
+    one, zero_point = torch.ones(1), torch.tensor([128], dtype=torch.int32)
+    units = [torch.ones(w.size(0)) for w in weights]
+    float_output = (None, None, 1.0, 0, torch.float32, "none", [], "")  # no bias, no post-op
+
+    def int_mm() -> None:
+        for w in weights:
+            torch._int_mm(signed[w.size(1)], w.t())
+
+    def onednn() -> None:
+        for w, p, unit in zip(weights, packed, units, strict=True):
+            x = unsigned[w.size(1)]
+            torch.ops.onednn.qlinear_pointwise.tensor(x, one, zero_point, p, unit, *float_output)
+
+    # the first call builds oneDNN's kernels: warm-up
+    return choose_onednn(time_calls(int_mm, repeats).seconds, time_calls(onednn, repeats).seconds)
+
+
+def choose_onednn(int_mm_seconds: float, onednn_seconds: float) -> bool:
+    """oneDNN's product where it takes at most `ONEDNN_MARGIN` of `_int_mm`'s time."""
+    return onednn_seconds <= ONEDNN_MARGIN * int_mm_seconds
+
+
+def onednn_int8_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_prepack")
 
 
 def int8_linears(model: nn.Module) -> nn.Module:
@@ -110,7 +175,12 @@ def int8_linears(model: nn.Module) -> nn.Module:
     ]
     if eager:
         quantize_int8(model, inplace=True, only=eager)
-    return replace_modules(model, nn.Linear, Int8Linear)
+    replace_modules(model, nn.Linear, Int8Linear)
+    step = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    faster = onednn_rows_faster(step)
+    for m in step:
+        m.onednn_rows = faster
+    return model
 
 
 class CapturedDecoder(Decoder):
@@ -267,6 +337,10 @@ def capture_decoder(model: nn.Module) -> nn.Module:
     decoder = rebuilt_as(model.decoder, CapturedDecoder)
     limit = torch._dynamo.config
     limit.recompile_limit = max(limit.recompile_limit, RECOMPILE_LIMIT)  # process-wide
+    # process-wide too: dynamo reads it as it traces (an option of torch.compile reaches only
+    # TorchInductor, and the weights stay the program's inputs); a graph compiled without
+    # gradients then holds its module's weights as constants
+    torch._inductor.config.freezing = True
     decoder._step = torch.compile(decoder._one_token, dynamic=True, options=CAPTURE_OPTIONS)
     model.decoder = decoder
     return model
