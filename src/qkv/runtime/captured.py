@@ -84,10 +84,10 @@ class Int8Linear(nn.Module):
     The integer product runs in one of two kernels, with the same sums (the same outputs): one row,
     and every row where `onednn_rows` is off, `torch._int_mm` (its one-row kernel reads the weight
     at memory speed); several rows in the captured step with `onednn_rows` on, oneDNN's product of
-    unsigned x (xq + 128, zero point 128) by the weight prepacked once, 1.1-1.6x faster here at 2-64
-    rows (docs/benchmarks.md). That product is written as dequantize -> linear, the pattern
-    TorchInductor's freezing passes turn into `onednn.qlinear_pointwise`; `int8_linears` measures
-    whether it is faster on this CPU.
+    unsigned x (xq + 128, zero point 128) by the weight prepacked once (1.1-1.4x faster at 2-64 rows
+    on one thread of the Xeon in docs/benchmarks.md). That product is written as dequantize ->
+    linear, the pattern TorchInductor's freezing passes turn into `onednn.qlinear_pointwise`;
+    `int8_linears` measures whether it is faster on this CPU.
     """
 
     onednn_rows = False
@@ -346,4 +346,13 @@ def capture_decoder(model: nn.Module) -> nn.Module:
     return model
 
 
-__all__ = ["CapturedDecoder", "Int8Linear", "capture_decoder", "capture_refusal", "int8_linears"]
+__all__ = [
+    "CapturedDecoder",
+    "Int8Linear",
+    "capture_decoder",
+    "capture_refusal",
+    "choose_onednn",
+    "int8_linears",
+    "onednn_int8_available",
+    "onednn_rows_faster",
+]
