@@ -25,7 +25,9 @@ def _decoding_paths_in_a_temporary_cache(tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _float32_packed_is_the_fastest_path(_decoding_paths_in_a_temporary_cache: None) -> Iterator[None]:
+def _float32_packed_is_the_fastest_path(
+    _decoding_paths_in_a_temporary_cache: None,
+) -> Iterator[None]:
     """In this process, the measured default path is float32 with packed weights, so that tests
     compare against float32 oracles whatever this CPU's timings (session-wide: models that
     fixtures of any scope load see it too); tests/runtime/test_choice.py checks the choice itself,
@@ -41,7 +43,6 @@ def _float32_packed_is_the_fastest_path(_decoding_paths_in_a_temporary_cache: No
     key = choice.cache_key
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(choice, "time_greedy_steps", fp32_packed_first)
-        # verdicts of its own: never one that a subprocess measured with real timings
         patch.setattr(choice, "cache_key", lambda *a: f"{key(*a)} | the tests' own timings")
         yield
 
@@ -60,5 +61,10 @@ def short_demo(tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
     """The demo's number task trained briefly (600 updates on 5,000 numbers up to 9999), its model
     directory and its 300 test translations (200 held out, every 1- and 2-digit number): trained once
     for the tests that need a model that has learned something."""
-    return run_demo(tmp_path_factory.mktemp("demo") / "demo", steps=600, n_test=200,
-                    synthetic_max_value=9999, synthetic_train=5000)
+    return run_demo(
+        tmp_path_factory.mktemp("demo") / "demo",
+        steps=600,
+        n_test=200,
+        synthetic_max_value=9999,
+        synthetic_train=5000,
+    )

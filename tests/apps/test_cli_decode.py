@@ -134,13 +134,15 @@ def test_a_long_file_restarts_translate_with_tcmalloc_and_a_short_input_does_not
     path = tmp_path / "long.txt"
     path.write_text("\n".join([EN[2], *[""] * (RESTART_LINES - 2), ZH[3]]) + "\n", encoding="utf-8")
     command = [sys.executable, "-m", "qkv", "translate", "--model", str(model_dir), *FAST]
-    long = subprocess.run([*command, "--input", str(path)], capture_output=True, text=True,
-                          env=env, timeout=120)
+    long = subprocess.run(
+        [*command, "--input", str(path)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert long.returncode == 0, long.stderr
     assert ("allocator: tcmalloc" in long.stderr) == (tcmalloc_library() is not None)
     outputs = long.stdout.split("\n")
-    short = subprocess.run(command, input=f"{EN[2]}\n{ZH[3]}\n", capture_output=True, text=True,
-                           env=env, timeout=120)
+    short = subprocess.run(
+        command, input=f"{EN[2]}\n{ZH[3]}\n", capture_output=True, text=True, env=env, timeout=120
+    )
     assert short.returncode == 0 and "allocator" not in short.stderr
     assert [outputs[0], outputs[RESTART_LINES - 1]] == short.stdout.splitlines()
     assert f"translated {RESTART_LINES} lines" in long.stderr
