@@ -203,3 +203,19 @@ def test_what_cannot_be_captured_is_refused_with_the_reason(
         RuntimeOptions(capture=True, pack=True)
     monkeypatch.setattr("qkv.runtime.captured.shutil.which", lambda name: None)
     assert "needs a C++ compiler" in str(capture_refusal(Transformer(tiny_config())))
+
+
+def test_two_captured_models_of_one_shape_each_decode_with_their_own_weights() -> None:
+    """Frozen weights are a program's constants and its guards skip the modules, so the program
+    one model compiled must never serve another (`own_step`: each its own code object)."""
+    plains = [
+        prepare_for_decoding(tiny_model(d_model=48, d_ff=96, seed=seed), pack=False)
+        for seed in (11, 12)
+    ]
+    captured = [capture_decoder(copy.deepcopy(m)) for m in plains]
+    src = batch(random_sources(2, seed=7, max_len=8))
+    with torch.inference_mode():
+        for plain, model in zip(plains, captured, strict=True):
+            want = [h.tokens for h in greedy(plain, src, min_len=12, max_len=12)]
+            assert [h.tokens for h in greedy(model, src, min_len=12, max_len=12)] == want
+        assert want != [h.tokens for h in greedy(plains[0], src, min_len=12, max_len=12)]

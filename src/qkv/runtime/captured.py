@@ -5,7 +5,8 @@ norms and residuals, the positions), and in eager PyTorch each pays Python and d
 dwarf its arithmetic. `CapturedDecoder` takes the place of a model's `Decoder` (swapped in from
 outside, `capture_decoder`) and runs that step through `torch.compile` (TorchInductor, C++ wrapper,
 frozen weights, shapes symbolic: one compilation per family of shapes, one row or several, beams
-sharing a memory row or not, serves every batch, source length and cache size). The step reads
+sharing a memory row or not, serves every batch, source length and cache size; each decoder its
+own programs, whose guards check the step's arguments only: `own_step`). The step reads
 and writes the model's own `DecoderCache`: each layer's new key and value go into the cache's
 buffer in place, and attention reads the positions held, rounded up to `READ_BLOCK`, the ones not
 yet written masked out (a symbolic length: the steps share one program). The buffer is sized for
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -328,6 +331,27 @@ def _attend(
     return attention.out_proj(out.transpose(1, 2).reshape(R, 1, H * Dh))
 
 
+def own_step(decoder: CapturedDecoder) -> Callable[..., Tensor]:
+    """`decoder._one_token` on a code object of its own. Dynamo keeps its compiled programs with
+    the code they compile, so every captured decoder has programs of its own, with its own
+    weights frozen in; no guard has to tell one decoder's modules from another's."""
+    f = CapturedDecoder._one_token
+    code = f.__code__.replace()  # an equal copy
+    own = types.FunctionType(code, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    return types.MethodType(own, decoder)
+
+
+def guards_on_the_arguments(entries: list[Any]) -> list[bool]:
+    """The guards a captured step keeps at every call (`guard_filter_fn` of `torch.compile`):
+    those on its arguments (rows, cache sizes, the buffers). Those on the decoder's modules and
+    on the functions it calls go: once captured, a decoder's modules do not change (its weights
+    are the program's constants: `own_step`), and checking them (~1,000 guards) took more than
+    a tenth of a one-row step's time (docs/benchmarks.md)."""
+    modules = torch.compiler.skip_guard_on_all_nn_modules_unsafe(entries)
+    functions = torch.compiler.skip_guard_on_globals_unsafe(entries)
+    return [a and b for a, b in zip(modules, functions, strict=True)]
+
+
 def capture_decoder(model: nn.Module) -> nn.Module:
     """Swap `model.decoder` (in place) for a `CapturedDecoder` of the same modules; returns the
     model. A model that cannot (`capture_refusal`) raises a ValueError saying why."""
@@ -335,13 +359,17 @@ def capture_decoder(model: nn.Module) -> nn.Module:
     if refusal is not None:
         raise ValueError(f"cannot capture the decoding step: {refusal}")
     decoder = rebuilt_as(model.decoder, CapturedDecoder)
-    limit = torch._dynamo.config
-    limit.recompile_limit = max(limit.recompile_limit, RECOMPILE_LIMIT)  # process-wide
+    dynamo = torch._dynamo.config
+    dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)  # process-wide
     # process-wide too: dynamo reads it as it traces (an option of torch.compile reaches only
     # TorchInductor, and the weights stay the program's inputs); a graph compiled without
     # gradients then holds its module's weights as constants
     torch._inductor.config.freezing = True
-    decoder._step = torch.compile(decoder._one_token, dynamic=True, options=CAPTURE_OPTIONS)
+    # and the modules' float settings (norms' eps, dropout's p, attention's scale) constants of
+    # the program, not symbols guarded one by one at every call
+    dynamo.specialize_float = True
+    options = {**CAPTURE_OPTIONS, "guard_filter_fn": guards_on_the_arguments}
+    decoder._step = torch.compile(own_step(decoder), dynamic=True, options=options)
     model.decoder = decoder
     return model
 
@@ -352,7 +380,9 @@ __all__ = [
     "capture_decoder",
     "capture_refusal",
     "choose_onednn",
+    "guards_on_the_arguments",
     "int8_linears",
     "onednn_int8_available",
     "onednn_rows_faster",
+    "own_step",
 ]
