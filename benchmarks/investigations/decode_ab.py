@@ -75,6 +75,12 @@ def main() -> None:
     parser.add_argument(
         "--capture", action="store_true", help="decode through a captured step, as `--capture`"
     )
+    parser.add_argument(
+        "--onednn-margin",
+        type=float,
+        help="with --capture --quantize int8: runtime.captured.ONEDNN_MARGIN (0: never oneDNN's "
+        "product for several rows, 1e9: always; default: measured)",
+    )
     parser.add_argument("--cache-off", action="store_true", help="decode without the decoder cache")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="", help="a label printed first (which tree this is)")
@@ -87,6 +93,10 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.onednn_margin is not None:
+        import qkv.runtime.captured
+
+        qkv.runtime.captured.ONEDNN_MARGIN = args.onednn_margin
     if args.profile:
         torch._inductor.config.cpp.enable_kernel_profile = True  # a captured step's kernels
     model = prepare_for_decoding(
