@@ -105,17 +105,14 @@ class DecodingAttention(MultiHeadedAttention):
 
         q (B, H, T, Dh) -> (B, H, T, Dh).
         """
-        B, H, T, Dh = q.shape
-        q = q.reshape(B, self.n_kv_heads, H // self.n_kv_heads * T, Dh)  # (B, H_kv, group*T, Dh)
+        _, H, T, _ = q.shape
         if mask is not None:
             mask = self._stack_queries(mask, H, T)
         if bias is not None:
             bias = self._stack_queries(bias, H, T)
         if q.dtype == torch.bfloat16:  # bf16 products of a cache's strided slice run far slower
             k, v = k.contiguous(), v.contiguous()  # than a copy and the contiguous product
-        scale = self.score.scale / self.temperature
-        out, _ = scaled_dot_product_attention(q, k, v, mask, bias, scale=scale)
-        return out.view(B, H, T, Dh)  # (B, H_kv, group*T, Dh) -> (B, H, T, Dh)
+        return grouped_attention(q, k, v, mask, bias, self.score.scale / self.temperature)
 
     def _stack_queries(self, m: Tensor, H: int, T: int) -> Tensor:
         """A mask or bias (1|B, 1|H, 1|T, S) laid out for stacked queries.
@@ -126,6 +123,21 @@ class DecodingAttention(MultiHeadedAttention):
             return m  # the same for every query: broadcasts as it is
         rows = m.size(0)
         return m.expand(rows, H, T, m.size(-1)).reshape(rows, self.n_kv_heads, -1, m.size(-1))
+
+
+def grouped_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None, scale: float
+) -> Tensor:
+    """Equation 1 (`scaled_dot_product_attention`) with the query heads of a key/value head stacked
+    as that head's queries: k and v are read as they are, not repeated per query head.
+
+    q (B, H, T, Dh), k/v (B, H_kv, S, Dh), mask/bias laid out for stacked queries
+    ((1|B, H_kv, group*T, S), or one for every query) -> (B, H, T, Dh).
+    """
+    B, H, T, Dh = q.shape
+    q = q.reshape(B, k.size(1), -1, Dh)  # (B, H_kv, group*T, Dh)
+    out, _ = scaled_dot_product_attention(q, k, v, mask, bias, scale=scale)
+    return out.view(B, H, T, Dh)
 
 
 def use_decoding_attention(model: nn.Module) -> nn.Module:
@@ -140,5 +152,6 @@ __all__ = [
     "FEW_QUERY_MIN_ROWS",
     "FEW_QUERY_MIN_ROWS_BF16",
     "DecodingAttention",
+    "grouped_attention",
     "use_decoding_attention",
 ]

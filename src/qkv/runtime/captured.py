@@ -40,15 +40,11 @@ import torch.ao.quantization.fx._decomposed  # registers torch.ops.quantized_dec
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..model.attention import (
-    AttentionWeights,
-    DotProductScore,
-    MultiHeadedAttention,
-    scaled_dot_product_attention,
-)
+from ..model.attention import AttentionWeights, DotProductScore, MultiHeadedAttention
 from ..model.cache import DecoderCache
 from ..model.layers import SublayerConnection
 from ..model.transformer import Decoder
+from .attention import grouped_attention
 from .quantize import quantize_int8
 from .swap import rebuilt_as, replace_modules
 from .timing import time_calls
@@ -320,19 +316,17 @@ def _self_attention(
 def _attend(
     attention: MultiHeadedAttention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor
 ) -> Tensor:
-    """q (R, H, 1, Dh) over k, v (B_m, H_kv, L, Dh), R = g B_m -> (R, 1, D). The g query rows of
-    a memory row (beam search's hypotheses of a sentence; g = 1 for self-attention) and the
-    H / H_kv query heads of a key/value head are stacked as that head's queries. Equation 1 as the
-    readable model writes it (`scaled_dot_product_attention`): TorchInductor fuses it into loops
-    over the rows, which for one query a row outrun `F.scaled_dot_product_attention`'s tiles for
-    many (steps of 32 sentences 1.1-1.3x, docs/benchmarks.md)."""
+    """q (R, H, 1, Dh) over k, v (B_m, H_kv, L, Dh), R = g B_m: the g query rows of a memory row
+    (beam search's hypotheses of a sentence; g = 1 for self-attention) stacked -> (R, 1, D).
+    Equation 1 as the readable model writes it (`grouped_attention`): TorchInductor fuses it into
+    loops over the rows, which for one query a row outrun `F.scaled_dot_product_attention`'s tiles
+    for many (steps of 32 sentences 1.1-1.3x, docs/benchmarks.md)."""
     R, H, _, Dh = q.shape
-    B_m, H_kv = k.size(0), k.size(1)
+    B_m = k.size(0)
     q = q.reshape(B_m, R // B_m, H, Dh).transpose(1, 2)  # (B_m, H, g, Dh)
     scale = attention.score.scale / attention.temperature
-    # (B_m, H_kv, H / H_kv * g, Dh)
-    out, _ = scaled_dot_product_attention(q.reshape(B_m, H_kv, -1, Dh), k, v, mask, scale=scale)
-    return attention.out_proj(out.reshape(B_m, H, -1, Dh).transpose(1, 2).reshape(R, 1, H * Dh))
+    out = grouped_attention(q, k, v, mask, None, scale)  # (B_m, H, g, Dh)
+    return attention.out_proj(out.transpose(1, 2).reshape(R, 1, H * Dh))
 
 
 def own_step(decoder: CapturedDecoder) -> Callable[..., Tensor]:
