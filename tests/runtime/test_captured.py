@@ -115,6 +115,30 @@ def test_a_prefix_and_attention_weights_take_the_readable_path(
         torch.testing.assert_close(got, want)
 
 
+def test_keys_and_values_held_in_float16_between_readable_and_captured_steps() -> None:
+    """A captured step with `kv_dtype` float16 stores the cache in float16, casting what a prefix
+    (the readable decoder) left, and a readable step after it casts back: every step's logits
+    within float16's rounding of the plain model's."""
+    model = prepare_for_decoding(tiny_model(d_model=32, d_ff=64, seed=8), pack=False)
+    captured = capture_decoder(copy.deepcopy(model), kv_dtype=torch.float16)
+    src = batch(random_sources(2, seed=9, max_len=7))
+    tgt = torch.randint(4, 40, (2, 9))
+    dtypes = []
+    with torch.inference_mode():
+        memory = model.encode(src)
+        caches = model.new_cache(), captured.new_cache()
+        for t in (0, 3, 4, 5, 6, 7, 8):  # a 3-token prefix, steps, one asking for weights
+            ids = tgt[:, t : t + 1] if t else tgt[:, :3]
+            weights = AttentionWeights() if t == 6 else None
+            want = model.decode(ids, memory, None, caches[0])
+            got = captured.decode(ids, memory, None, caches[1], weights=weights)
+            torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
+            dtypes.append(caches[1].self_attn[0].keys.dtype)
+    half, full = torch.float16, torch.float32
+    assert dtypes == [full, half, half, half, full, half, half]
+    assert caches[1].cross_attn[0].keys.dtype == half and caches[1].length == 9
+
+
 def test_int8_linear_is_its_quantization_computed_in_float64() -> None:
     torch.manual_seed(0)
     linear = nn.Linear(48, 24)

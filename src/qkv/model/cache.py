@@ -81,6 +81,12 @@ class KVCache:
         self._k, self._v = k.contiguous(), v.contiguous()
         self.length = k.size(2)
 
+    def cast(self, dtype: torch.dtype) -> None:
+        """Hold keys and values in `dtype` from now on (the buffers converted once, when they are
+        of another): a decoding back-end may store them narrower than the model computes."""
+        if self._k is not None and self._v is not None and self._k.dtype != dtype:
+            self._k, self._v = self._k.to(dtype), self._v.to(dtype)
+
     def _grow(self, k: Tensor, v: Tensor, capacity: int) -> None:
         B, H, _, Dh = k.shape
         new_k = k.new_zeros(B, H, capacity, Dh)  # finite: a masked read of NaN is NaN
@@ -149,6 +155,11 @@ class DecoderCache:
         if sources is not None:
             for c in self.cross_attn or []:
                 c.select_rows(sources)
+
+    def cast(self, dtype: torch.dtype) -> None:
+        """Every cache's keys and values held in `dtype` (`KVCache.cast`)."""
+        for c in self.self_attn + (self.cross_attn or []):
+            c.cast(dtype)
 
     def layer(self, i: int) -> tuple[KVCache, KVCache | None]:
         return self.self_attn[i], None if self.cross_attn is None else self.cross_attn[i]

@@ -20,7 +20,8 @@ row, the activations per row at run time (the scheme CTranslate2 uses), one row 
 `torch._int_mm`, several by oneDNN's prepacked product where it measures faster (beam 4 of one
 sentence 1.2x here: docs/benchmarks.md, "A captured decoding step"). The ones called outside the
 step (the encoder, the cross-attention's memory projections, the output projection) are fbgemm's
-dynamic int8, faster called one by one.
+dynamic int8, faster called one by one. An int8 step's caches hold keys and values in float16
+(`INT8_KV_DTYPE`), cast up to float32 as attention reads them.
 
 The compilation costs seconds once per process (TorchInductor caches its work on disk, in
 `TORCHINDUCTOR_CACHE_DIR`); a model served or decoding many sentences amortises it.
@@ -60,6 +61,10 @@ RECOMPILE_LIMIT = 32
 # self-attention reads the held positions rounded up to a multiple of this (at most the buffer's
 # size less one): never 0 or 1, lengths torch.compile would specialise on (a second program)
 READ_BLOCK = 8
+# the keys and values an int8 step stores: float16 rounds each to 2^-11 of itself, finer than
+# int8's quantization of the step's inputs (1/254 of a row's largest), and halves the bytes
+# that every step reads from memory (docs/benchmarks.md, "A captured decoding step")
+INT8_KV_DTYPE = torch.float16
 
 
 def capture_refusal(model: nn.Module) -> str | None:
@@ -192,6 +197,7 @@ class CapturedDecoder(Decoder):
     `capture_decoder`, it holds the same modules and weights. (R, 1) ids -> (R, 1, D) hidden."""
 
     _step: Any  # the compiled `_one_token`
+    kv_dtype: torch.dtype | None = None  # its caches' keys and values (None: the model's dtype)
 
     def forward(
         self,
@@ -209,15 +215,19 @@ class CapturedDecoder(Decoder):
             or tgt_ids.size(1) != 1
             or torch.is_grad_enabled()
         ):
+            if cache is not None:  # the readable decoder reads them in its own dtype
+                cache.cast(next(self.parameters()).dtype)
             return super().forward(tgt_ids, memory, memory_mask, cache, weights)
-        R, dtype = tgt_ids.size(0), memory.dtype
-        new = memory.new_empty(R, self.layers[0].self_attn.n_kv_heads, 1, self.cfg.d_head)
+        R, dtype, kv = tgt_ids.size(0), memory.dtype, self.kv_dtype or memory.dtype
+        cache.cast(kv)  # those a prefix (the readable decoder) left
+        H_kv, Dh = self.layers[0].self_attn.n_kv_heads, self.cfg.d_head
+        new = memory.new_empty(R, H_kv, 1, Dh, dtype=kv)
         keys, values, memory_keys, memory_values = [], [], [], []
         for i, layer in enumerate(self.layers):
             own, cross = cache.layer(i)
             assert cross is not None and layer.cross_attn is not None
             if cross.empty:  # once per source, as the readable decoder does
-                cross.set_static(*layer.cross_attn.project_memory(memory))
+                cross.set_static(*(t.to(kv) for t in layer.cross_attn.project_memory(memory)))
             # (R, H_kv, capacity, Dh), room for this step's position and a spare one: the
             # positions read never fill a whole buffer (read whole, it is contiguous: a second
             # program)
@@ -307,8 +317,8 @@ def _self_attention(
     """h (R, 1, D): its key and value written at `position` of the buffers, then attention over
     their first positions, those `held` (1, 1, 1, read) -> (R, 1, D)."""
     q, k, v = attention.project_self(h)  # (R, H, 1, Dh), (R, H_kv, 1, Dh)
-    keys.index_copy_(2, position, k)
-    values.index_copy_(2, position, v)
+    keys.index_copy_(2, position, k.to(keys.dtype))
+    values.index_copy_(2, position, v.to(values.dtype))
     read = held.size(-1)
     return _attend(attention, q, keys.narrow(2, 0, read), values.narrow(2, 0, read), held)
 
@@ -325,6 +335,7 @@ def _attend(
     B_m = k.size(0)
     q = q.reshape(B_m, R // B_m, H, Dh).transpose(1, 2)  # (B_m, H, g, Dh)
     scale = attention.score.scale / attention.temperature
+    k, v = k.to(q.dtype), v.to(q.dtype)  # as they are read: a narrower cache (`kv_dtype`) cast up
     out = grouped_attention(q, k, v, mask, None, scale)  # (B_m, H, g, Dh)
     return attention.out_proj(out.transpose(1, 2).reshape(R, 1, H * Dh))
 
@@ -350,13 +361,16 @@ def guards_on_the_arguments(entries: list[Any]) -> list[bool]:
     return [a and b for a, b in zip(modules, functions, strict=True)]
 
 
-def capture_decoder(model: nn.Module) -> nn.Module:
+def capture_decoder(model: nn.Module, kv_dtype: torch.dtype | None = None) -> nn.Module:
     """Swap `model.decoder` (in place) for a `CapturedDecoder` of the same modules; returns the
-    model. A model that cannot (`capture_refusal`) raises a ValueError saying why."""
+    model. kv_dtype: the dtype its steps store keys and values in (None: the model's; int8
+    decoding passes `INT8_KV_DTYPE`). A model that cannot (`capture_refusal`) raises a ValueError
+    saying why."""
     refusal = capture_refusal(model)
     if refusal is not None:
         raise ValueError(f"cannot capture the decoding step: {refusal}")
     decoder = rebuilt_as(model.decoder, CapturedDecoder)
+    decoder.kv_dtype = kv_dtype
     dynamo = torch._dynamo.config
     dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)  # process-wide
     # process-wide too: dynamo reads it as it traces (an option of torch.compile reaches only
@@ -373,6 +387,7 @@ def capture_decoder(model: nn.Module) -> nn.Module:
 
 
 __all__ = [
+    "INT8_KV_DTYPE",
     "CapturedDecoder",
     "Int8Linear",
     "capture_decoder",

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from .attention import use_decoding_attention
-from .captured import capture_decoder, int8_linears
+from .captured import INT8_KV_DTYPE, capture_decoder, int8_linears
 from .packed import pack_linear_weights, packing_available
 from .precision import check_precision, resolve_precision
 from .quantize import QUANTIZATIONS, quantize_int8
@@ -40,7 +40,8 @@ def prepare_for_decoding(
     means fp32 and "bf16" is refused.
 
     capture: the decoder's cached one-token steps run compiled (`runtime.captured`), the weights
-    frozen into the program (packing is left to the compiler); int8 there is `int8_linears`.
+    frozen into the program (packing is left to the compiler); int8 there is `int8_linears`, with
+    keys and values cached in float16 (`runtime.captured.INT8_KV_DTYPE`).
     plain_rows: packed layers multiply inputs of at most that many rows by the weights as stored,
     kept beside the packed ones (`runtime.choice` sets it where one row runs faster so).
     """
@@ -57,7 +58,9 @@ def prepare_for_decoding(
     if quantize is None and resolve_precision(precision, device) == "bf16":
         model = model.to(torch.bfloat16)
     if capture:
-        return capture_decoder(int8_linears(model) if quantize is not None else model)
+        if quantize is None:
+            return capture_decoder(model)
+        return capture_decoder(int8_linears(model), kv_dtype=INT8_KV_DTYPE)
     if quantize is not None:
         return quantize_int8(model, inplace=True)  # the float model is not kept
     dtype = next(model.parameters()).dtype
