@@ -17,7 +17,8 @@ tokens; batch 1 decodes 8 sentences one at a time, batch 32 decodes 64 in batche
 `--workers` threads). tokens/s is the median of `--repeats` runs after a warm-up run (the timing
 helper of this checkout, whichever tree PYTHONPATH names); "others' cores" is the CPU that other
 processes used meanwhile (a noisy A/B shows there). `--cache-off` decodes without the decoder cache
-(every step recomputes the prefix). `--profile` prints where the time of one batch goes instead
+(every step recomputes the prefix). `--attention-loops` runs a captured step's attention as
+TorchInductor's loops instead of the C++ kernel (an A/B within one tree). `--profile` prints where the time of one batch goes instead
 (torch.profiler, operators by self time; with `--capture` the compiled program's kernels and the
 ATen calls it makes are listed too).
 """
@@ -81,6 +82,12 @@ def main() -> None:
         help="with --capture --quantize int8: runtime.captured.ONEDNN_MARGIN (0: never oneDNN's "
         "product for several rows, 1e9: always; default: measured)",
     )
+    parser.add_argument(
+        "--attention-loops",
+        action="store_true",
+        help="with --capture: the step's attention in TorchInductor's loops, not the C++ kernel "
+        "(qkv.runtime.kernels)",
+    )
     parser.add_argument("--cache-off", action="store_true", help="decode without the decoder cache")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="", help="a label printed first (which tree this is)")
@@ -106,6 +113,8 @@ def main() -> None:
         precision=args.precision,
         capture=args.capture,
     )
+    if args.attention_loops:
+        model.decoder.attention_kernel = False
     n = common.BATCH32_SENTENCES if args.batch == 32 else common.BATCH1_SENTENCES
     new_tokens, use_cache = common.NEW_TOKENS, not args.cache_off
     src = common.random_sentences(n, common.SRC_LEN).to(args.device)
@@ -145,6 +154,7 @@ def main() -> None:
     setting = (
         f"{args.search} b{args.batch} workers {args.workers}{processes} "
         f"{args.quantize or args.precision}{' captured' if args.capture else ''}"
+        f"{' attention loops' if args.attention_loops else ''}"
     )
     print(
         f"{args.tag}\t{setting}{' cache off' if args.cache_off else ''}"

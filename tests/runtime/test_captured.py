@@ -16,6 +16,7 @@ from qkv import Transformer
 from qkv.decode import beam_search, greedy
 from qkv.model.attention import AttentionWeights
 from qkv.model.masks import padding_mask
+from qkv.runtime import kernels
 from qkv.runtime.captured import (
     CAPTURE_OPTIONS,
     CapturedDecoder,
@@ -77,6 +78,22 @@ def test_captured_model_finds_the_same_hypotheses(models: tuple[Transformer, Tra
         ours, theirs = (beam_search(m, src, beam=3, max_len=14) for m in models)
     assert [[h.tokens for h in n] for n in ours] == [[h.tokens for h in n] for n in theirs]
     assert [h[0].score for h in ours] == pytest.approx([h[0].score for h in theirs], abs=1e-4)
+
+
+def test_the_step_s_attention_with_or_without_the_kernel_finds_the_same_hypotheses(
+    models: tuple[Transformer, Transformer],
+) -> None:
+    """The C++ kernel where it builds (`qkv.runtime.kernels`), TorchInductor's loops otherwise:
+    both decode as the readable model does, beams sharing memory rows included."""
+    plain, captured = models
+    assert captured.decoder.attention_kernel == (kernels.decoding_attention() is not None)
+    loops = capture_decoder(copy.deepcopy(plain))
+    loops.decoder.attention_kernel = False
+    src = batch(random_sources(3, seed=4, max_len=8))
+    with torch.inference_mode():
+        results = [beam_search(m, src, beam=3, max_len=12) for m in (plain, captured, loops)]
+    tokens = [[[h.tokens for h in n] for n in r] for r in results]
+    assert tokens[1] == tokens[0] and tokens[2] == tokens[0]
 
 
 def test_one_program_serves_a_whole_decode_its_reads_growing_to_the_buffer() -> None:

@@ -23,6 +23,10 @@ step (the encoder, the cross-attention's memory projections, the output projecti
 dynamic int8, faster called one by one. An int8 step's caches hold keys and values in float16
 (`INT8_KV_DTYPE`), cast up to float32 as attention reads them.
 
+The attention of a float32 or int8 step runs a C++ kernel, `qkv::decoding_attention`
+(`qkv.runtime.kernels`: one pass over a row's keys and values, read in the cache's dtype), which
+the program calls through the dispatcher; where it cannot be built, TorchInductor's own loops.
+
 The compilation costs seconds once per process (TorchInductor caches its work on disk, in
 `TORCHINDUCTOR_CACHE_DIR`); a model served or decoding many sentences amortises it.
 `tests/runtime/test_captured.py` checks the captured step against the readable decoder.
@@ -46,6 +50,7 @@ from ..model.cache import DecoderCache
 from ..model.layers import SublayerConnection
 from ..model.transformer import Decoder
 from .attention import grouped_attention
+from .kernels import decoding_attention
 from .quantize import quantize_int8
 from .swap import rebuilt_as, replace_modules
 from .timing import time_calls
@@ -198,6 +203,7 @@ class CapturedDecoder(Decoder):
 
     _step: Any  # the compiled `_one_token`
     kv_dtype: torch.dtype | None = None  # its caches' keys and values (None: the model's dtype)
+    attention_kernel = False  # attention by `qkv.runtime.kernels.decoding_attention`
 
     def forward(
         self,
@@ -287,14 +293,14 @@ class CapturedDecoder(Decoder):
                 layer.self_attn_block,
                 x,
                 lambda h, a=layer.self_attn, k=keys[i], v=values[i]: _self_attention(
-                    a, h, k, v, position, held
+                    a, h, k, v, position, held, self.attention_kernel
                 ),
             )
             x = _residual(
                 layer.cross_attn_block,
                 x,
                 lambda h, a=layer.cross_attn, k=memory_keys[i], v=memory_values[i]: _attend(
-                    a, a.project_query(h), k, v, memory_mask
+                    a, a.project_query(h), k, v, memory_mask, self.attention_kernel
                 ),
             )
             x = _residual(layer.ff_block, x, layer.feed_forward)
@@ -313,6 +319,7 @@ def _self_attention(
     values: Tensor,
     position: Tensor,
     held: Tensor,
+    kernel: bool,
 ) -> Tensor:
     """h (R, 1, D): its key and value written at `position` of the buffers, then attention over
     their first positions, those `held` (1, 1, 1, read) -> (R, 1, D)."""
@@ -320,24 +327,39 @@ def _self_attention(
     keys.index_copy_(2, position, k.to(keys.dtype))
     values.index_copy_(2, position, v.to(values.dtype))
     read = held.size(-1)
-    return _attend(attention, q, keys.narrow(2, 0, read), values.narrow(2, 0, read), held)
+    k, v = keys.narrow(2, 0, read), values.narrow(2, 0, read)
+    return _attend(attention, q, k, v, held, kernel)
 
 
 def _attend(
-    attention: MultiHeadedAttention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor
+    attention: MultiHeadedAttention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kernel: bool
 ) -> Tensor:
     """q (R, H, 1, Dh) over k, v (B_m, H_kv, L, Dh), R = g B_m: the g query rows of a memory row
     (beam search's hypotheses of a sentence; g = 1 for self-attention) stacked -> (R, 1, D).
     Equation 1 as the readable model writes it (`grouped_attention`): TorchInductor fuses it into
     loops over the rows, which for one query a row outrun `F.scaled_dot_product_attention`'s tiles
-    for many (steps of 32 sentences 1.1-1.3x, docs/benchmarks.md)."""
+    for many (steps of 32 sentences 1.1-1.3x, docs/benchmarks.md). With `kernel`, the C++ kernel
+    `qkv::decoding_attention` computes the same, reading the cache in its dtype."""
     R, H, _, Dh = q.shape
     B_m = k.size(0)
     q = q.reshape(B_m, R // B_m, H, Dh).transpose(1, 2)  # (B_m, H, g, Dh)
     scale = attention.score.scale / attention.temperature
-    k, v = k.to(q.dtype), v.to(q.dtype)  # as they are read: a narrower cache (`kv_dtype`) cast up
-    out = grouped_attention(q, k, v, mask, None, scale)  # (B_m, H, g, Dh)
+    if kernel:  # a key/value head's query heads stacked, as `grouped_attention` stacks them
+        out = torch.ops.qkv.decoding_attention(q.reshape(B_m, k.size(1), -1, Dh), k, v, mask, scale)
+        out = out.view(B_m, H, -1, Dh)
+    else:
+        k, v = k.to(q.dtype), v.to(q.dtype)  # as read: a narrower cache (`kv_dtype`) cast up
+        out = grouped_attention(q, k, v, mask, None, scale)  # (B_m, H, g, Dh)
     return attention.out_proj(out.transpose(1, 2).reshape(R, 1, H * Dh))
+
+
+def _kernel_reads(model: nn.Module, kv_dtype: torch.dtype | None) -> bool:
+    """Whether the C++ decoding-attention kernel serves a step of `model` (float32 queries over a
+    float32 or float16 cache) and is built (`kernels.decoding_attention`)."""
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32 or (kv_dtype or dtype) not in (torch.float32, torch.float16):
+        return False
+    return decoding_attention() is not None
 
 
 def own_step(decoder: CapturedDecoder) -> Callable[..., Tensor]:
@@ -371,6 +393,7 @@ def capture_decoder(model: nn.Module, kv_dtype: torch.dtype | None = None) -> nn
         raise ValueError(f"cannot capture the decoding step: {refusal}")
     decoder = rebuilt_as(model.decoder, CapturedDecoder)
     decoder.kv_dtype = kv_dtype
+    decoder.attention_kernel = _kernel_reads(model, kv_dtype)
     dynamo = torch._dynamo.config
     dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)  # process-wide
     # process-wide too: dynamo reads it as it traces (an option of torch.compile reaches only

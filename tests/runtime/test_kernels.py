@@ -1,0 +1,93 @@
+"""The C++ decoding-attention kernel against equation 1 computed in float64."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qkv.model.attention import scaled_dot_product_attention
+from qkv.runtime import kernels
+
+pytestmark = pytest.mark.skipif(
+    kernels.decoding_attention() is None, reason="no C++ toolchain builds the kernel here"
+)
+
+
+def equation_1(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """The readable model's attention in float64, the cache read as it is stored."""
+    out, _ = scaled_dot_product_attention(q.double(), k.double(), v.double(), mask, scale=scale)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("queries", [1, 4])
+@pytest.mark.parametrize("d_head", [64, 40, 8])  # whole vectors, vectors and a tail, a tail only
+def test_decoding_attention_is_equation_1_over_a_cache_in_its_dtype(
+    dtype: torch.dtype, queries: int, d_head: int
+) -> None:
+    op = kernels.decoding_attention()
+    g = torch.Generator().manual_seed(queries * d_head)
+    rows, heads, held, capacity = 3, 2, 11, 16
+    buffer = torch.randn(2, rows, heads, capacity, d_head, generator=g).to(dtype)
+    k, v = buffer[0, :, :, :held], buffer[1, :, :, :held]  # a narrowed cache: strided rows
+    q = torch.randn(rows, heads, queries, d_head, generator=g)
+    masks = {
+        "every row": torch.rand(1, 1, 1, held, generator=g) > 0.4,
+        "per row": torch.rand(rows, 1, 1, held, generator=g) > 0.4,
+    }
+    for mask in masks.values():
+        mask[..., 0] = True  # a key for every row
+        got = op(q, k, v, mask, 0.3)
+        assert got.dtype == torch.float32 and got.shape == q.shape
+        torch.testing.assert_close(
+            got.double(), equation_1(q, k, v, mask, 0.3), atol=1e-5, rtol=1e-5
+        )
+
+
+def test_masked_keys_take_no_weight_whatever_they_hold() -> None:
+    op = kernels.decoding_attention()
+    q, k, v = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 5, 16), torch.randn(2, 2, 5, 16)
+    mask = torch.tensor([True, True, False, True, False]).view(1, 1, 1, 5)
+    spoiled_k, spoiled_v = k.clone(), v.clone()
+    spoiled_k[:, :, ~mask.view(-1)] = 1e4
+    spoiled_v[:, :, ~mask.view(-1)] = float("nan")
+    torch.testing.assert_close(op(q, spoiled_k, spoiled_v, mask, 0.25), op(q, k, v, mask, 0.25))
+
+
+def test_bad_shapes_and_dtypes_are_refused_by_name() -> None:
+    op = kernels.decoding_attention()
+    q, k = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 5, 16)
+    mask = torch.ones(1, 1, 1, 5, dtype=torch.bool)
+    with pytest.raises(RuntimeError, match="q is float32"):
+        op(q.double(), k, k, mask, 1.0)
+    with pytest.raises(RuntimeError, match="mask"):
+        op(q, k, k, torch.ones(1, 1, 1, 4, dtype=torch.bool), 1.0)
+    with pytest.raises(RuntimeError, match="float32 or float16"):
+        op(q, k.bfloat16(), k.bfloat16(), mask, 1.0)
+
+
+def test_flags_follow_the_cpu_capability_torch_reports() -> None:
+    assert "-DCPU_CAPABILITY_AVX512" in kernels.isa_flags("AVX512")
+    assert "-mavx2" in kernels.isa_flags("AVX2") and "-mavx512f" not in kernels.isa_flags("AVX2")
+    assert kernels.isa_flags("DEFAULT") == []  # at::vec's portable vectors
+
+
+def test_a_failed_build_says_so_once_and_leaves_the_op_to_inductor(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from torch.utils import cpp_extension
+
+    def no_compiler(**_: object) -> None:
+        raise RuntimeError("Error building extension: c++: not found")
+
+    monkeypatch.setattr(cpp_extension, "load", no_compiler)
+    kernels.decoding_attention.cache_clear()
+    try:
+        assert kernels.decoding_attention() is None
+        assert kernels.decoding_attention() is None
+    finally:
+        kernels.decoding_attention.cache_clear()
+    err = capsys.readouterr().err
+    assert err.count("not built (Error building extension: c++: not found)") == 1
