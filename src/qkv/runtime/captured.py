@@ -353,7 +353,7 @@ def _attend(
     return attention.out_proj(out.transpose(1, 2).reshape(R, 1, H * Dh))
 
 
-def _kernel_reads(model: nn.Module, kv_dtype: torch.dtype | None) -> bool:
+def _attention_kernel_serves(model: nn.Module, kv_dtype: torch.dtype | None) -> bool:
     """Whether the C++ decoding-attention kernel serves a step of `model` (float32 queries over a
     float32 or float16 cache) and is built (`kernels.decoding_attention`)."""
     dtype = next(model.parameters()).dtype
@@ -393,7 +393,7 @@ def capture_decoder(model: nn.Module, kv_dtype: torch.dtype | None = None) -> nn
         raise ValueError(f"cannot capture the decoding step: {refusal}")
     decoder = rebuilt_as(model.decoder, CapturedDecoder)
     decoder.kv_dtype = kv_dtype
-    decoder.attention_kernel = _kernel_reads(model, kv_dtype)
+    decoder.attention_kernel = _attention_kernel_serves(model, kv_dtype)
     dynamo = torch._dynamo.config
     dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)  # process-wide
     # process-wide too: dynamo reads it as it traces (an option of torch.compile reaches only

@@ -19,8 +19,9 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
