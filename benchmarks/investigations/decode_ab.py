@@ -18,9 +18,9 @@ tokens; batch 1 decodes 8 sentences one at a time, batch 32 decodes 64 in batche
 helper of this checkout, whichever tree PYTHONPATH names); "others' cores" is the CPU that other
 processes used meanwhile (a noisy A/B shows there). `--cache-off` decodes without the decoder cache
 (every step recomputes the prefix). `--attention-loops` runs a captured step's attention as
-TorchInductor's loops instead of the C++ kernel (an A/B within one tree). `--profile` prints where the time of one batch goes instead
-(torch.profiler, operators by self time; with `--capture` the compiled program's kernels and the
-ATen calls it makes are listed too).
+TorchInductor's loops instead of the C++ kernel (an A/B within one tree). `--profile` prints
+where the time of one batch goes instead (torch.profiler, operators by self time; with
+`--capture` the compiled program's kernels and the ATen calls it makes are listed too).
 """
 
 from __future__ import annotations

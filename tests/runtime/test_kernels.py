@@ -68,9 +68,17 @@ def test_bad_shapes_and_dtypes_are_refused_by_name() -> None:
         op(q, k.bfloat16(), k.bfloat16(), mask, 1.0)
 
 
-def test_flags_follow_the_cpu_capability_torch_reports() -> None:
-    assert "-DCPU_CAPABILITY_AVX512" in kernels.isa_flags("AVX512")
-    assert "-mavx2" in kernels.isa_flags("AVX2") and "-mavx512f" not in kernels.isa_flags("AVX2")
+def test_flags_are_the_ones_torchinductor_picks_for_this_cpu() -> None:
+    """The kernel is built as TorchInductor builds its own kernels here: the same vector macro
+    and, F16C aside, -m flags among TorchInductor's (its own pick of this CPU's instruction set)."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    flags = kernels.isa_flags(torch.backends.cpu.get_cpu_capability())
+    isa = pick_vec_isa()
+    macros = {f[2:] for f in flags if f.startswith("-DCPU_CAPABILITY_")}
+    assert macros == set(isa.build_macro()) if isa else not flags
+    arch = {f for f in flags if f.startswith("-m")} - {"-mf16c"}
+    assert arch <= set(isa.build_arch_flags().split() if isa else [])
     assert kernels.isa_flags("DEFAULT") == []  # at::vec's portable vectors
 
 

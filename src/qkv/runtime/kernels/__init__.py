@@ -8,7 +8,7 @@ too) by `torch.utils.cpp_extension` into its cache (`TORCH_EXTENSIONS_DIR`, by d
 ~/.cache/torch_extensions), in a few seconds; later processes load it. The captured step that
 calls it needs the same C++ compiler.
 
-`tests/runtime/test_kernels.py` checks it against `qkv.runtime.attention.grouped_attention`.
+`tests/runtime/test_kernels.py` checks it against equation 1 computed in float64.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("decoding_attention.cpp")
-# compiler flags per `get_cpu_capability()`: TorchInductor's for the same instruction sets
+# compiler flags per `get_cpu_capability()`: TorchInductor's for the same instruction sets, and
+# F16C (float16 loads)
 ISA_FLAGS = {
     "AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma", "-mf16c"],
     "AVX2": ["-mavx2", "-mfma", "-mf16c"],
