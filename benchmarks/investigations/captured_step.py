@@ -4,6 +4,7 @@ first call costs (the compilation).
 
     python benchmarks/investigations/captured_step.py [--threads 1]
     python benchmarks/investigations/captured_step.py --int8-split 8   # the int8 kinds only
+    python benchmarks/investigations/captured_step.py --products       # the products only
 
 Each path decodes the same 8 sources one at a time, 30 tokens forced; per step = median of 3 runs
 over 240 tokens (the encoder's share included). Each path's outputs are compared with the first's
@@ -77,12 +78,16 @@ def measure(settings: dict, sources: list) -> dict[str, float]:
 def kernels(rows: int) -> dict[str, float]:
     """Milliseconds for the 37 products of a step (6 decoder layers and the output projection)
     of `rows` input rows, by kernel: float32 nn.Linear, int8 fbgemm (what --quantize int8 runs
-    eagerly), int8 `Int8Linear` (`torch._int_mm`, what a captured int8 step runs), and two
-    kernels on inputs quantized beforehand: `torch._int_mm` alone, and oneDNN's prepacked int8
-    linear of torch's x86 quantization backend (`onednn.qlinear_pointwise`, uint8 inputs)."""
+    eagerly), int8 `Int8Linear` on `torch._int_mm` and, where it runs, on qkv's int8 kernel
+    (`qkv.runtime.kernels.int8_linear`, what a captured int8 step runs with AVX512-VNNI), and
+    two kernels on inputs quantized beforehand: `torch._int_mm` alone, and oneDNN's prepacked
+    int8 linear of torch's x86 quantization backend (`onednn.qlinear_pointwise`, uint8 inputs).
+    Each kind runs its 37 products 10 times in turn (~27 MB of int8 weights: read from memory,
+    as a step reads them), the median."""
     import torch
     from torch import nn
 
+    from qkv.runtime import kernels as qkv_kernels
     from qkv.runtime.captured import Int8Linear
     from qkv.runtime.quantize import quantize_int8
 
@@ -94,6 +99,10 @@ def kernels(rows: int) -> dict[str, float]:
         "int8 fbgemm": list(quantize_int8(nn.Sequential(*plain))),
         "int8 _int_mm": [Int8Linear(m) for m in plain],
     }
+    if qkv_kernels.int8_linear() is not None:
+        kinds["int8 qkv kernel"] = [Int8Linear(m) for m in plain]
+        for m in kinds["int8 qkv kernel"]:
+            m.use_kernel()
     inputs = {n: torch.randn(rows, n) for n in (d, d_ff)}
     xs = [inputs[m.in_features] for m in plain]
     int8 = kinds["int8 _int_mm"]
@@ -191,11 +200,12 @@ def main() -> None:
         metavar="ROUNDS",
         help="only compare the int8 kinds of a captured model (`int8_split`) over ROUNDS runs",
     )
+    parser.add_argument(
+        "--products", action="store_true", help="only time the step's products by kernel"
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     import torch
-
-    from qkv.runtime.precision import native_bf16
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -203,6 +213,17 @@ def main() -> None:
     print(f"; {torch.get_num_threads()} threads")
     if args.int8_split:
         return int8_split(args.int8_split)
+    if not args.products:
+        compare_paths()
+    for rows in (1, 4, 32, 128):
+        times = ", ".join(f"{k} {v:.2f}" for k, v in kernels(rows).items())
+        print(f"the step's 37 products, {rows:3d} rows (ms): {times}")
+
+
+def compare_paths() -> None:
+    """Each decoding path's ms per step, profiler events, first run and outputs."""
+    from qkv.runtime.precision import native_bf16
+
     sources = [s[None] for s in common.random_sentences(8, common.SRC_LEN)]
     reference = None  # the first path's tokens (fp32, nn.Linear)
     for name, settings in paths(native_bf16("cpu")):
@@ -214,9 +235,6 @@ def main() -> None:
             f"{r['ops_per_step']:6.0f} profiler events/step, first run {r['first_run_s']:5.1f} s, "
             f"{same}/{len(sources)} outputs as fp32 eager"
         )
-    for rows in (1, 4, 32):
-        times = ", ".join(f"{k} {v:.2f}" for k, v in kernels(rows).items())
-        print(f"the step's 37 products, {rows:2d} rows (ms): {times}")
 
 
 if __name__ == "__main__":

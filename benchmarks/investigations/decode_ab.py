@@ -18,7 +18,8 @@ tokens; batch 1 decodes 8 sentences one at a time, batch 32 decodes 64 in batche
 helper of this checkout, whichever tree PYTHONPATH names); "others' cores" is the CPU that other
 processes used meanwhile (a noisy A/B shows there). `--cache-off` decodes without the decoder cache
 (every step recomputes the prefix). `--attention-loops` runs a captured step's attention as
-TorchInductor's loops instead of the C++ kernel (an A/B within one tree). `--profile` prints
+TorchInductor's loops instead of the C++ kernel, `--int8-torch` an int8 step's layers on torch's
+products instead of qkv's int8 kernel (A/B runs within one tree). `--profile` prints
 where the time of one batch goes instead (torch.profiler, operators by self time; with
 `--capture` the compiled program's kernels and the ATen calls it makes are listed too).
 """
@@ -88,6 +89,12 @@ def main() -> None:
         help="with --capture: the step's attention in TorchInductor's loops, not the C++ kernel "
         "(qkv.runtime.kernels)",
     )
+    parser.add_argument(
+        "--int8-torch",
+        action="store_true",
+        help="with --capture --quantize int8: the layers on torch._int_mm / oneDNN, not qkv's "
+        "int8 kernel (qkv.runtime.kernels)",
+    )
     parser.add_argument("--cache-off", action="store_true", help="decode without the decoder cache")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="", help="a label printed first (which tree this is)")
@@ -104,6 +111,10 @@ def main() -> None:
         import qkv.runtime.captured
 
         qkv.runtime.captured.ONEDNN_MARGIN = args.onednn_margin
+    if args.int8_torch:
+        import qkv.runtime.captured
+
+        qkv.runtime.captured.int8_linear = lambda: None
     if args.profile:
         torch._inductor.config.cpp.enable_kernel_profile = True  # a captured step's kernels
     model = prepare_for_decoding(
@@ -155,6 +166,7 @@ def main() -> None:
         f"{args.search} b{args.batch} workers {args.workers}{processes} "
         f"{args.quantize or args.precision}{' captured' if args.capture else ''}"
         f"{' attention loops' if args.attention_loops else ''}"
+        f"{' int8 torch' if args.int8_torch else ''}"
     )
     print(
         f"{args.tag}\t{setting}{' cache off' if args.cache_off else ''}"

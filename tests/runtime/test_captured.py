@@ -96,6 +96,28 @@ def test_the_step_s_attention_with_or_without_the_kernel_finds_the_same_hypothes
     assert tokens[1] == tokens[0] and tokens[2] == tokens[0]
 
 
+def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses() -> None:
+    """The same int8 model captured with its layers on qkv's kernel and on `torch._int_mm` (the
+    packed weights dropped before the first step compiles): the same integer sums, the same
+    beams."""
+    if kernels.int8_linear() is None:
+        pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
+    model = tiny_model(d_model=64, d_ff=128)
+    on, off = (
+        prepare_for_decoding(copy.deepcopy(model), quantize="int8", capture=True) for _ in "ab"
+    )
+    for m in off.modules():
+        if isinstance(m, Int8Linear):
+            assert m.packed is not None
+            m.packed = None
+    src = batch(random_sources(3, seed=7, max_len=8))
+    with torch.inference_mode():
+        results = [beam_search(m, src, beam=3, max_len=12) for m in (on, off)]
+        greedy_tokens = [[h.tokens for h in greedy(m, src, max_len=12)] for m in (on, off)]
+    tokens = [[[h.tokens for h in n] for n in r] for r in results]
+    assert tokens[0] == tokens[1] and greedy_tokens[0] == greedy_tokens[1]
+
+
 def test_one_program_serves_a_whole_decode_its_reads_growing_to_the_buffer() -> None:
     """Self-attention reads the held positions (a symbolic length), up to the last but one of a
     buffer sized for the longest output: reading a whole buffer would be a second program."""
@@ -156,7 +178,11 @@ def test_keys_and_values_held_in_float16_between_readable_and_captured_steps() -
     assert caches[1].cross_attn[0].keys.dtype == half and caches[1].length == 9
 
 
-def test_int8_linear_is_its_quantization_computed_in_float64() -> None:
+@pytest.mark.parametrize("kernel", [False, True])
+def test_int8_linear_is_its_quantization_computed_in_float64(kernel: bool) -> None:
+    """`torch._int_mm`'s product, and qkv's int8 kernel where it runs (the weight packed)."""
+    if kernel and kernels.int8_linear() is None:
+        pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
     torch.manual_seed(0)
     linear = nn.Linear(48, 24)
     x = torch.randn(5, 3, 48)
@@ -165,8 +191,11 @@ def test_int8_linear_is_its_quantization_computed_in_float64() -> None:
     x_scale = x.double().abs().amax(-1, keepdim=True) / 127
     product = torch.round(x.double() / x_scale) @ torch.round(w / w_scale[:, None]).T
     want = product * x_scale * w_scale + linear.bias.double()
+    layer = Int8Linear(linear)
+    if kernel:
+        layer.use_kernel()
     with torch.inference_mode():
-        got = Int8Linear(linear)(x)
+        got = layer(x)
         close = linear(x)
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
     assert (got - close).abs().max() < 0.02 * close.abs().max()  # and near the float layer
@@ -195,31 +224,42 @@ def test_int8_rows_compiled_through_onednn_are_int_mm_s_sums_prepacked(
 def test_the_int8_product_for_several_rows_is_chosen_by_its_measured_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Where qkv's int8 kernel does not run (no AVX512-VNNI, here injected)."""
+    monkeypatch.setattr("qkv.runtime.captured.int8_linear", lambda: None)
     assert choose_onednn(1.0, 0.85) and not choose_onednn(1.0, 0.95)
     model = tiny_model(d_model=64, d_ff=128)
     for verdict in (True, False):
         monkeypatch.setattr("qkv.runtime.captured.choose_onednn", lambda a, b, v=verdict: v)
         step = [m for m in int8_linears(copy.deepcopy(model)).modules() if type(m) is Int8Linear]
         assert len(step) > 3 and {m.onednn_rows for m in step} == {verdict}
+        assert all(m.packed is None for m in step)
     monkeypatch.setattr("qkv.runtime.captured.onednn_int8_available", lambda: False)
     monkeypatch.setattr("qkv.runtime.captured.choose_onednn", lambda a, b: True)
     assert not onednn_rows_faster([Int8Linear(nn.Linear(8, 8))])  # nothing to measure
 
 
-def test_captured_int8_decodes_near_its_eager_twin() -> None:
+@pytest.mark.parametrize("kernel", [True, False])
+def test_captured_int8_decodes_near_its_eager_twin(
+    kernel: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With qkv's int8 kernel the output projection joins the step's layers on it; without,
+    it stays fbgemm's with the encoder's layers and the memory projections."""
+    if kernel and kernels.int8_linear() is None:
+        pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
+    if not kernel:
+        monkeypatch.setattr("qkv.runtime.captured.int8_linear", lambda: None)
     model = tiny_model(d_model=64, d_ff=128)
     eager = prepare_for_decoding(copy.deepcopy(model), pack=False)
     captured = prepare_for_decoding(model, quantize="int8", capture=True)
     linear = (nn.Linear, DynamicInt8Linear, Int8Linear)
     kinds = {name: type(m) for name, m in captured.named_modules() if type(m) in linear}
     assert nn.Linear not in kinds.values()
-    called_eagerly = [
-        n for n in kinds if n.startswith("encoder.") or n.endswith(("kv_proj", "output_projection"))
-    ]
-    assert len(called_eagerly) > 3 and {kinds[n] for n in called_eagerly} == {
-        DynamicInt8Linear
-    }  # fbgemm
-    assert {t for n, t in kinds.items() if n not in called_eagerly} == {Int8Linear}  # in the step
+    fbgemm = ("kv_proj",) if kernel else ("kv_proj", "output_projection")
+    called_eagerly = [n for n in kinds if n.startswith("encoder.") or n.endswith(fbgemm)]
+    assert len(called_eagerly) > 3 and {kinds[n] for n in called_eagerly} == {DynamicInt8Linear}
+    step = [m for n, m in captured.named_modules() if n in kinds and n not in called_eagerly]
+    assert {type(m) for m in step} == {Int8Linear}
+    assert {m.packed is not None for m in step} == {kernel}
     src = batch(random_sources(2, seed=5, max_len=8))
     with torch.inference_mode():
         memory = eager.encode(src)

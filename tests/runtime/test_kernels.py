@@ -1,6 +1,9 @@
-"""The C++ decoding-attention kernel against equation 1 computed in float64."""
+"""The C++ decoding kernels: the attention against equation 1 computed in float64, the int8
+layer against `torch._int_mm`'s integer sums, scaled as `Int8Linear` scales them."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -91,11 +94,65 @@ def test_a_failed_build_says_so_once_and_leaves_the_op_to_inductor(
         raise RuntimeError("Error building extension: c++: not found")
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
-    kernels.decoding_attention.cache_clear()
+    kernels.build.cache_clear()
     try:
         assert kernels.decoding_attention() is None
-        assert kernels.decoding_attention() is None
+        assert kernels.int8_linear() is None
     finally:
-        kernels.decoding_attention.cache_clear()
+        kernels.build.cache_clear()
     err = capsys.readouterr().err
     assert err.count("not built (Error building extension: c++: not found)") == 1
+
+
+needs_vnni = pytest.mark.skipif(
+    kernels.int8_linear() is None, reason="qkv's int8 kernel needs AVX512-VNNI"
+)
+
+
+def int8_reference(
+    x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """`Int8Linear`'s arithmetic by torch's own ops: x quantized per row, `torch._int_mm`."""
+    sx = x.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
+    xq = torch.round(x / sx).to(torch.int8)
+    y = torch._int_mm(xq, qweight.t()) * (sx * scale)
+    return y if bias is None else y + bias
+
+
+@needs_vnni
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9, 33])  # 4-row passes and each remainder
+@pytest.mark.parametrize(("n", "k"), [(64, 16), (100, 48), (192, 512)])  # N: whole blocks, a tail
+@pytest.mark.parametrize("bias", [True, False])
+def test_int8_linear_makes_int_mm_s_sums_and_scales_them_alike(
+    rows: int, n: int, k: int, bias: bool
+) -> None:
+    torch.manual_seed(rows * n + k)
+    qweight = torch.randint(-127, 128, (n, k), dtype=torch.int8)
+    qweight[0] = 127  # the extremes: the sums' range
+    scale, b = torch.rand(n) / 100, torch.randn(n) if bias else None
+    x = torch.randn(rows, k) * torch.logspace(-3, 3, rows)[:, None]
+    x[0, 0] = -x[0].abs().max() * 2  # a row whose largest magnitude is negative
+    packed, row_sums = kernels.pack_int8_weight(qweight)
+    got = kernels.int8_linear()(x, packed, row_sums, scale, b)
+    assert torch.equal(got, int8_reference(x, qweight, scale, b))
+
+
+@needs_vnni
+def test_int8_linear_reads_a_strided_input_and_refuses_bad_ones_by_name() -> None:
+    op = kernels.int8_linear()
+    qweight = torch.randint(-127, 128, (64, 32), dtype=torch.int8)
+    packed, row_sums = kernels.pack_int8_weight(qweight)
+    scale = torch.rand(64)
+    x = torch.randn(32, 3).t()  # (3, 32), not contiguous
+    assert torch.equal(op(x, packed, row_sums, scale, None), int8_reference(x, qweight, scale, None))
+    bad = [
+        ((x.double(), packed, row_sums, scale, None), "x must be an (M, K) float32"),
+        ((torch.randn(3, 48), packed, row_sums, scale, None), "x has 48 columns, the weight 32"),
+        ((x, qweight, row_sums, scale, None), "packed must be a contiguous (N / 64"),
+        ((x, packed, row_sums, torch.rand(200), None), "scale must be one float32 value per"),
+        ((x, packed, row_sums.long(), scale, None), "row_sums must be 64 int32 values"),
+        ((x, packed, row_sums, scale, torch.randn(3)), "bias must be 64 float32 values"),
+    ]
+    for arguments, message in bad:
+        with pytest.raises(RuntimeError, match=re.escape(message)):
+            op(*arguments)

@@ -16,12 +16,14 @@ the first call of a prefix, attention weights, training, runs the readable `Deco
 unchanged.
 
 int8 (`int8_linears`): the step's linear layers are `Int8Linear`, weights quantized per output
-row, the activations per row at run time (the scheme CTranslate2 uses), one row multiplied by
-`torch._int_mm`, several by oneDNN's prepacked product where it measures faster (beam 4 of one
-sentence 1.2x here: docs/benchmarks.md, "A captured decoding step"). The ones called outside the
-step (the encoder, the cross-attention's memory projections, the output projection) are fbgemm's
-dynamic int8, faster called one by one. An int8 step's caches hold keys and values in float16
-(`INT8_KV_DTYPE`), cast up to float32 as attention reads them.
+row, the activations per row at run time (the scheme CTranslate2 uses). With AVX512-VNNI they
+multiply by qkv's own kernel (`qkv.runtime.kernels.int8_linear`: the weight streamed once for up to
+four rows), and so does the output projection; elsewhere one row by `torch._int_mm`, several by
+oneDNN's prepacked product where it measures faster (beam 4 of one sentence 1.2x on a Xeon:
+docs/benchmarks.md, "A captured decoding step"), and the output projection is fbgemm's dynamic
+int8. The encoder and the cross-attention's memory projections, many rows called once per source,
+are fbgemm's. An int8 step's caches hold keys and values in float16 (`INT8_KV_DTYPE`), cast up to
+float32 as attention reads them.
 
 The attention of a float32 or int8 step runs a C++ kernel, `qkv::decoding_attention`
 (`qkv.runtime.kernels`: one pass over a row's keys and values, read in the cache's dtype), which
@@ -50,7 +52,7 @@ from ..model.cache import DecoderCache
 from ..model.layers import SublayerConnection
 from ..model.transformer import Decoder
 from .attention import grouped_attention
-from .kernels import decoding_attention
+from .kernels import decoding_attention, int8_linear, pack_int8_weight
 from .quantize import quantize_int8
 from .swap import rebuilt_as, replace_modules
 from .timing import time_calls
@@ -95,13 +97,16 @@ class Int8Linear(nn.Module):
 
     x (..., K) -> (..., N). W ≈ qweight * scale[:, None], x ≈ xq * sx; y = (xq @ qweightᵀ) sx scale.
 
-    The integer product runs in one of two kernels, with the same sums (the same outputs): one row,
-    and every row where `onednn_rows` is off, `torch._int_mm` (its one-row kernel reads the weight
-    at memory speed); several rows in the captured step with `onednn_rows` on, oneDNN's product of
-    unsigned x (xq + 128, zero point 128) by the weight prepacked once (1.1-1.4x faster at 2-64 rows
-    on one thread of the Xeon in docs/benchmarks.md). That product is written as dequantize ->
-    linear, the pattern TorchInductor's freezing passes turn into `onednn.qlinear_pointwise`;
-    `int8_linears` measures whether it is faster on this CPU.
+    The integer product runs in one of three kernels, with the same sums (the same outputs). On a
+    CPU with AVX512-VNNI, `use_kernel()` packs the weight for qkv's own `int8_linear`
+    (`qkv.runtime.kernels`), which streams it once for up to four rows at a time: a one-row step
+    2.4-2.8x faster than `torch._int_mm` here, and faster than oneDNN up to 32 rows
+    (docs/benchmarks.md, "A captured decoding step"). Elsewhere one row, and every row where
+    `onednn_rows` is off, runs `torch._int_mm`; several rows in the captured step with
+    `onednn_rows` on, oneDNN's product of unsigned x (xq + 128, zero point 128) by the weight
+    prepacked once (1.1-1.4x faster at 2-64 rows on one thread of the Xeon in docs/benchmarks.md).
+    That product is written as dequantize -> linear, the pattern TorchInductor's freezing passes
+    turn into `onednn.qlinear_pointwise`; `int8_linears` measures whether it is faster on this CPU.
     """
 
     onednn_rows = False
@@ -117,9 +122,20 @@ class Int8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.register_buffer("unit", torch.ones(self.out_features))  # the pattern's weight scales
         self.register_buffer("zero", torch.zeros(self.out_features, dtype=torch.long))
+        self.register_buffer("packed", None)  # `use_kernel`'s layout of qweight, and its row sums
+        self.register_buffer("row_sums", None)
+
+    def use_kernel(self) -> None:
+        """Multiply by `kernels.int8_linear` from now on; a RuntimeError where it does not run."""
+        if int8_linear() is None:
+            raise RuntimeError("qkv's int8 kernel is not built here, or this CPU lacks AVX512-VNNI")
+        self.packed, self.row_sums = pack_int8_weight(self.qweight)
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, self.in_features).float()  # (M, K)
+        if self.packed is not None:
+            y = torch.ops.qkv.int8_linear(rows, self.packed, self.row_sums, self.scale, self.bias)
+            return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
         sx = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127  # (M, 1)
         if self.onednn_rows and rows.size(0) > 1 and torch.compiler.is_compiling():
             unsigned = (torch.round(rows / sx) + 128).to(torch.uint8)
@@ -176,12 +192,17 @@ def onednn_int8_available() -> bool:
 
 
 def int8_linears(model: nn.Module) -> nn.Module:
-    """Every `nn.Linear` of `model` made int8 (in place), each of the kind that runs it faster:
-    those of the decoder's one-token step `Int8Linear` (the compiled program fuses their
-    quantization of x), the ones called eagerly (the encoder, the cross-attention's memory
-    projections, the output projection) fbgemm's (`runtime.quantize`: 1.3-2.5x faster called so,
-    docs/benchmarks.md)."""
-    called_eagerly = ("cross_attn.kv_proj", "output_projection")
+    """Every `nn.Linear` of `model` made int8 (in place), each of the kind that runs it faster.
+    Where qkv's int8 kernel runs (`kernels.int8_linear`: AVX512-VNNI), the decoder's one-token
+    step and the output projection are `Int8Linear` on that kernel; elsewhere the step's are
+    `Int8Linear` on torch's products (the compiled program fuses their quantization of x) and
+    the output projection is fbgemm's dynamic int8. The encoder and the cross-attention's memory
+    projections, many rows at once, are fbgemm's (`runtime.quantize`: 1.3-2.5x faster called
+    eagerly, docs/benchmarks.md)."""
+    kernel = int8_linear() is not None and all(
+        m.in_features % 16 == 0 for m in model.modules() if type(m) is nn.Linear
+    )
+    called_eagerly = ("cross_attn.kv_proj",) + (() if kernel else ("output_projection",))
     eager = [
         name
         for name, m in model.named_modules()
@@ -191,9 +212,11 @@ def int8_linears(model: nn.Module) -> nn.Module:
         quantize_int8(model, inplace=True, only=eager)
     replace_modules(model, nn.Linear, Int8Linear)
     step = [m for m in model.modules() if isinstance(m, Int8Linear)]
-    faster = onednn_rows_faster(step)
+    faster = not kernel and onednn_rows_faster(step)
     for m in step:
         m.onednn_rows = faster
+        if kernel:
+            m.use_kernel()
     return model
 
 
