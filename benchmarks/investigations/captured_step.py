@@ -4,6 +4,7 @@ first call costs (the compilation).
 
     python benchmarks/investigations/captured_step.py [--threads 1]
     python benchmarks/investigations/captured_step.py --int8-split 8   # the int8 kinds only
+    python benchmarks/investigations/captured_step.py --kernel-split 8 # qkv's int8 kernel or not
     python benchmarks/investigations/captured_step.py --products       # the products only
 
 Each path decodes the same 8 sources one at a time, 30 tokens forced; per step = median of 3 runs
@@ -144,17 +145,12 @@ def kernels(rows: int) -> dict[str, float]:
 
 
 def int8_split(rounds: int) -> None:
-    """What a captured int8 model runs (fbgemm's int8 for the linear layers called outside the
-    step, `Int8Linear` inside it) against `Int8Linear` for every linear layer, in one process,
-    the two interleaved over `rounds` runs of each workload: median tokens/s and their ratio."""
+    """A captured int8 model as qkv builds it (fbgemm's int8 for the encoder's layers and the
+    memory projections, `Int8Linear` in the step) against `Int8Linear` for every linear layer."""
     import copy
-    import statistics
 
-    import torch
     from torch import nn
 
-    from qkv.decode.beam import beam_search
-    from qkv.decode.search import greedy
     from qkv.runtime.attention import use_decoding_attention
     from qkv.runtime.captured import Int8Linear, capture_decoder
     from qkv.runtime.prepare import prepare_for_decoding
@@ -164,28 +160,60 @@ def int8_split(rounds: int) -> None:
     every = replace_modules(
         use_decoding_attention(copy.deepcopy(base).eval()), nn.Linear, Int8Linear
     )
-    models = [
-        capture_decoder(every),
-        prepare_for_decoding(base, "cpu", quantize="int8", capture=True),
-    ]
+    models = {
+        "as qkv builds it": prepare_for_decoding(base, "cpu", quantize="int8", capture=True),
+        "Int8Linear everywhere": capture_decoder(every),
+    }
+    interleaved(models, rounds)
+
+
+def kernel_split(rounds: int) -> None:
+    """A captured int8 model as qkv builds it, its layers on qkv's int8 kernel, against the same
+    built as on a CPU without AVX512-VNNI (`torch._int_mm` / oneDNN, the output projection
+    fbgemm's)."""
+    import copy
+
+    import qkv.runtime.captured as captured
+    from qkv.runtime.prepare import prepare_for_decoding
+
+    base = common.base_model()
+    models = {"qkv kernel": prepare_for_decoding(copy.deepcopy(base), quantize="int8", capture=True)}
+    built, captured.int8_linear = captured.int8_linear, lambda: None
+    try:
+        models["torch's products"] = prepare_for_decoding(base, quantize="int8", capture=True)
+    finally:
+        captured.int8_linear = built
+    interleaved(models, rounds)
+
+
+def interleaved(models: dict, rounds: int) -> None:
+    """Two models decoding the same sources in one process, interleaved over `rounds` runs of
+    each workload: median tokens/s and the first's ratio to the second."""
+    import statistics
+
+    import torch
+
+    from qkv.decode.beam import beam_search
+    from qkv.decode.search import greedy
+
+    (name_a, name_b) = models
     for beam, rows in ((1, 1), (4, 1), (1, 32), (4, 32)):
         src = common.random_sentences(rows, common.SRC_LEN)
         kw = dict(min_len=TOKENS, max_len=TOKENS)
         search = greedy if beam == 1 else partial(beam_search, beam=beam)
         times: list[list[float]] = [[], []]
         with torch.inference_mode():
-            for model in models:
+            for model in models.values():
                 search(model, src, **kw)  # compiles
             for _ in range(rounds):
-                for model, runs in zip(models, times, strict=True):
+                for model, runs in zip(models.values(), times, strict=True):
                     start = time.perf_counter()
                     search(model, src, **kw)
                     runs.append(time.perf_counter() - start)
-        every_s, split_s = (statistics.median(t) for t in times)
+        a_s, b_s = (statistics.median(t) for t in times)
         print(
-            f"beam {beam}, {rows:2d} sentences: Int8Linear everywhere {rows * TOKENS / every_s:5.0f}"
-            f" tokens/s, fbgemm outside the step {rows * TOKENS / split_s:5.0f} "
-            f"({every_s / split_s:.2f}x)"
+            f"beam {beam}, {rows:2d} sentences: {name_a} {rows * TOKENS / a_s:5.0f} tokens/s, "
+            f"{name_b} {rows * TOKENS / b_s:5.0f} ({b_s / a_s:.2f}x)"
         )
 
 
@@ -201,6 +229,13 @@ def main() -> None:
         help="only compare the int8 kinds of a captured model (`int8_split`) over ROUNDS runs",
     )
     parser.add_argument(
+        "--kernel-split",
+        type=int,
+        metavar="ROUNDS",
+        help="only compare a captured int8 model on qkv's int8 kernel and on torch's products "
+        "(`kernel_split`) over ROUNDS runs",
+    )
+    parser.add_argument(
         "--products", action="store_true", help="only time the step's products by kernel"
     )
     args = parser.parse_args()
@@ -213,6 +248,8 @@ def main() -> None:
     print(f"; {torch.get_num_threads()} threads")
     if args.int8_split:
         return int8_split(args.int8_split)
+    if args.kernel_split:
+        return kernel_split(args.kernel_split)
     if not args.products:
         compare_paths()
     for rows in (1, 4, 32, 128):
