@@ -99,10 +99,10 @@ class Int8Linear(nn.Module):
 
     The integer product runs in one of three kernels, with the same sums (the same outputs). On a
     CPU with AVX512-VNNI, `use_kernel()` packs the weight for qkv's own `int8_linear`
-    (`qkv.runtime.kernels`), which streams it once for up to four rows at a time: a one-row step
-    2.4-2.8x faster than `torch._int_mm` here, and faster than oneDNN up to 32 rows
-    (docs/benchmarks.md, "A captured decoding step"). Elsewhere one row, and every row where
-    `onednn_rows` is off, runs `torch._int_mm`; several rows in the captured step with
+    (`qkv.runtime.kernels`), which streams it once for up to four rows at a time: a step's
+    one-row products 2.3x faster than on `torch._int_mm` on an EPYC, and as fast as oneDNN's at
+    32 and 128 rows (docs/benchmarks.md, "qkv's int8 kernel"). Elsewhere one row, and every row
+    where `onednn_rows` is off, runs `torch._int_mm`; several rows in the captured step with
     `onednn_rows` on, oneDNN's product of unsigned x (xq + 128, zero point 128) by the weight
     prepacked once (1.1-1.4x faster at 2-64 rows on one thread of the Xeon in docs/benchmarks.md).
     That product is written as dequantize -> linear, the pattern TorchInductor's freezing passes

@@ -13,13 +13,12 @@
 // unsigned bytes by signed ones, so xq + 128 is multiplied and 128 sum_k Wq[n, k] taken off. At one
 // row each weight byte serves one multiply-add: the step runs at the speed the weight streams from
 // memory, and the packed layout (one linear pass, 256 bytes a turn) lets the hardware prefetcher
-// stream it (a software prefetch 4 kB ahead made the one-row products 1.2-1.35x slower on an
-// EPYC); up to four rows share each pass. Needs AVX512-VNNI (`has_int8_linear`).
+// stream it (a software prefetch ahead of it made the one-row products slower on an EPYC); up to
+// four rows share each pass. Needs AVX512-VNNI (`has_int8_linear`).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <immintrin.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -29,14 +28,48 @@
 #include <optional>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace {
 
 constexpr int64_t kBlock = 64;  // output rows a block of the packed weight holds
 constexpr int64_t kGroup = 4;   // columns a vpdpbusd lane sums
 
 bool has_vnni() {
+#if defined(__x86_64__)
   return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+#else
+  return false;
+#endif
 }
+
+void check_arguments(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& row_sums,
+                     const at::Tensor& scale, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(has_vnni(), "int8_linear needs AVX512-VNNI, which this CPU lacks");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat,
+              "int8_linear: x must be an (M, K) float32 tensor, got ", x.scalar_type(), " ",
+              x.sizes());
+  TORCH_CHECK(packed.dim() == 4 && packed.scalar_type() == at::kChar && packed.is_contiguous() &&
+                  packed.size(2) == kBlock && packed.size(3) == kGroup,
+              "int8_linear: packed must be a contiguous (N / 64, K / 4, 64, 4) int8 tensor, got ",
+              packed.scalar_type(), " ", packed.sizes());
+  const int64_t K = x.size(1), N = scale.numel();
+  TORCH_CHECK(packed.size(1) * kGroup == K && K % 16 == 0, "int8_linear: x has ", K,
+              " columns, the weight ", packed.size(1) * kGroup, " (a multiple of 16)");
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.dim() == 1 && scale.is_contiguous() &&
+                  (N + kBlock - 1) / kBlock == packed.size(0),
+              "int8_linear: scale must be one float32 value per output row of the weight");
+  TORCH_CHECK(row_sums.scalar_type() == at::kInt && row_sums.numel() == N &&
+                  row_sums.is_contiguous(),
+              "int8_linear: row_sums must be ", N, " int32 values");
+  TORCH_CHECK(!bias.has_value() || (bias->scalar_type() == at::kFloat && bias->numel() == N &&
+                                    bias->is_contiguous()),
+              "int8_linear: bias must be ", N, " float32 values");
+}
+
+#if defined(__x86_64__)  // the vector code; elsewhere the op refuses
 
 // row (K) -> its unsigned bytes (xq + 128, K) and its scale sx, as `Int8Linear.forward` does
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) float quantize_row(
@@ -132,30 +165,6 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void scale_block(
   }
 }
 
-void check_arguments(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& row_sums,
-                     const at::Tensor& scale, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(has_vnni(), "int8_linear needs AVX512-VNNI, which this CPU lacks");
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat,
-              "int8_linear: x must be an (M, K) float32 tensor, got ", x.scalar_type(), " ",
-              x.sizes());
-  TORCH_CHECK(packed.dim() == 4 && packed.scalar_type() == at::kChar && packed.is_contiguous() &&
-                  packed.size(2) == kBlock && packed.size(3) == kGroup,
-              "int8_linear: packed must be a contiguous (N / 64, K / 4, 64, 4) int8 tensor, got ",
-              packed.scalar_type(), " ", packed.sizes());
-  const int64_t K = x.size(1), N = scale.numel();
-  TORCH_CHECK(packed.size(1) * kGroup == K && K % 16 == 0, "int8_linear: x has ", K,
-              " columns, the weight ", packed.size(1) * kGroup, " (a multiple of 16)");
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.dim() == 1 && scale.is_contiguous() &&
-                  (N + kBlock - 1) / kBlock == packed.size(0),
-              "int8_linear: scale must be one float32 value per output row of the weight");
-  TORCH_CHECK(row_sums.scalar_type() == at::kInt && row_sums.numel() == N &&
-                  row_sums.is_contiguous(),
-              "int8_linear: row_sums must be ", N, " int32 values");
-  TORCH_CHECK(!bias.has_value() || (bias->scalar_type() == at::kFloat && bias->numel() == N &&
-                                    bias->is_contiguous()),
-              "int8_linear: bias must be ", N, " float32 values");
-}
-
 at::Tensor int8_linear(const at::Tensor& input, const at::Tensor& packed,
                        const at::Tensor& row_sums, const at::Tensor& scale,
                        const std::optional<at::Tensor>& bias) {
@@ -183,6 +192,17 @@ at::Tensor int8_linear(const at::Tensor& input, const at::Tensor& packed,
   });
   return y;
 }
+
+#else
+
+at::Tensor int8_linear(const at::Tensor& input, const at::Tensor& packed,
+                       const at::Tensor& row_sums, const at::Tensor& scale,
+                       const std::optional<at::Tensor>& bias) {
+  check_arguments(input, packed, row_sums, scale, bias);  // refuses: no AVX512-VNNI
+  return at::Tensor();
+}
+
+#endif
 
 bool has_int8_linear() { return has_vnni(); }
 
