@@ -97,9 +97,9 @@ def test_the_step_s_attention_with_or_without_the_kernel_finds_the_same_hypothes
 
 
 def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses() -> None:
-    """The same int8 model captured with its layers on qkv's kernel and on `torch._int_mm` (the
-    packed weights dropped before the first step compiles): the same integer sums, the same
-    beams."""
+    """The same int8 model captured with its layers on qkv's kernel and on `torch._int_mm` (each
+    packed weight unpacked back to (N, K) before the first step compiles): the same integer sums,
+    the same beams."""
     if kernels.int8_linear() is None:
         pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
     model = tiny_model(d_model=64, d_ff=128)
@@ -108,8 +108,10 @@ def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses() -> None:
     )
     for m in off.modules():
         if isinstance(m, Int8Linear):
-            assert m.packed is not None
-            m.packed = None
+            assert m.packed is not None and m.qweight is None  # the weight held once
+            blocks, groups, block, four = m.packed.shape
+            unpacked = m.packed.permute(0, 2, 1, 3).reshape(blocks * block, groups * four)
+            m.qweight, m.packed = unpacked[: m.out_features].contiguous(), None
     src = batch(random_sources(3, seed=7, max_len=8))
     with torch.inference_mode():
         results = [beam_search(m, src, beam=3, max_len=12) for m in (on, off)]

@@ -122,14 +122,17 @@ class Int8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.register_buffer("unit", torch.ones(self.out_features))  # the pattern's weight scales
         self.register_buffer("zero", torch.zeros(self.out_features, dtype=torch.long))
-        self.register_buffer("packed", None)  # `use_kernel`'s layout of qweight, and its row sums
+        # `use_kernel`'s layout of qweight (which it then drops), and its row sums
+        self.register_buffer("packed", None)
         self.register_buffer("row_sums", None)
 
     def use_kernel(self) -> None:
-        """Multiply by `kernels.int8_linear` from now on; a RuntimeError where it does not run."""
+        """Multiply by `kernels.int8_linear` from now on, the weight held in its packed layout
+        only (not twice); a RuntimeError where the kernel does not run."""
         if int8_linear() is None:
             raise RuntimeError("qkv's int8 kernel is not built here, or this CPU lacks AVX512-VNNI")
         self.packed, self.row_sums = pack_int8_weight(self.qweight)
+        self.qweight = None
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, self.in_features).float()  # (M, K)
