@@ -26,13 +26,14 @@ def equation_1(
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("queries", [1, 4])
-@pytest.mark.parametrize("d_head", [64, 40, 8])  # whole vectors, vectors and a tail, a tail only
+@pytest.mark.parametrize("d_head", [96, 64, 40, 8])  # whole vectors, vectors and a tail, a tail
+@pytest.mark.parametrize("held", [11, 16, 37])  # keys: under a vector, one vector, more + a rest
 def test_decoding_attention_is_equation_1_over_a_cache_in_its_dtype(
-    dtype: torch.dtype, queries: int, d_head: int
+    dtype: torch.dtype, queries: int, d_head: int, held: int
 ) -> None:
     op = kernels.decoding_attention()
-    g = torch.Generator().manual_seed(queries * d_head)
-    rows, heads, held, capacity = 3, 2, 11, 16
+    g = torch.Generator().manual_seed(queries * d_head + held)
+    rows, heads, capacity = 3, 2, 40
     buffer = torch.randn(2, rows, heads, capacity, d_head, generator=g).to(dtype)
     k, v = buffer[0, :, :, :held], buffer[1, :, :, :held]  # a narrowed cache: strided rows
     q = torch.randn(rows, heads, queries, d_head, generator=g)

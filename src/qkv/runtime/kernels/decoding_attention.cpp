@@ -7,9 +7,11 @@
 //   one key of every row; out (B, H, G, Dh) float32 = softmax(q k^T * scale) v.
 //
 // TorchInductor writes this as loops that reduce every key's dot product across a vector and
-// divide per key; here each key is read once for the G queries of its row, the scores stay in a
-// small buffer, and the output is divided once. Vectorized with ATen's `at::vec`, compiled for the
-// instruction set this CPU has (qkv/runtime/kernels/__init__.py).
+// divide per key. Here the products of a vector's width of keys are summed lane by lane, then
+// transposed and added into one vector of scores; the softmax runs over whole vectors (the keys
+// past the last at -inf); the weighted sum of the values keeps up to four independent sums; the
+// output is divided once. Vectorized with ATen's `at::vec`, compiled for the instruction set this
+// CPU has (qkv/runtime/kernels/__init__.py).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -19,6 +21,7 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -29,6 +32,7 @@ namespace {
 using Vec = at::vec::Vectorized<float>;
 
 constexpr int64_t kWidth = 2 * Vec::size();  // floats handled a turn: two vectors
+constexpr int kKeys = Vec::size();  // keys whose dot products are summed up together
 
 template <typename T>
 std::pair<Vec, Vec> load_float(const T* p) {  // kWidth values from p, as float32
@@ -41,37 +45,63 @@ std::pair<Vec, Vec> load_float(const T* p) {  // kWidth values from p, as float3
   }
 }
 
+// scores (n) = q . k_t for the keys t < n <= kKeys, k_t = k + t * step: each key's products
+// summed lane by lane into a row of `partial`, and the kKeys rows transposed and added, one vector
+// of scores at once (no reduction across a vector per key)
 template <typename T>
-float dot(const float* q, const T* k, int64_t n) {  // q . k
-  Vec acc(0.f);
-  int64_t d = 0;
-  for (; d + kWidth <= n; d += kWidth) {
-    auto [low, high] = load_float(k + d);
-    acc = at::vec::fmadd(Vec::loadu(q + d), low, acc);
-    acc = at::vec::fmadd(Vec::loadu(q + d + Vec::size()), high, acc);
+void dots(const float* q, const T* k, int64_t n, int64_t step, int64_t Dh, float* scores) {
+  alignas(64) float partial[kKeys * kKeys];
+  alignas(64) float columns[kKeys * kKeys];
+  const int64_t whole = Dh / kWidth * kWidth;
+  for (int64_t t = 0; t < n; ++t) {
+    const T* kt = k + t * step;
+    Vec low_acc(0.f), high_acc(0.f);
+    for (int64_t d = 0; d < whole; d += kWidth) {
+      auto [low, high] = load_float(kt + d);
+      low_acc = at::vec::fmadd(Vec::loadu(q + d), low, low_acc);
+      high_acc = at::vec::fmadd(Vec::loadu(q + d + Vec::size()), high, high_acc);
+    }
+    (low_acc + high_acc).store(partial + t * kKeys);
+    for (int64_t d = whole; d < Dh; ++d) partial[t * kKeys] += q[d] * static_cast<float>(kt[d]);
   }
-  float sum = at::vec::vec_reduce_all<float>([](Vec& x, Vec& y) { return x + y; }, acc);
-  for (; d < n; ++d) sum += q[d] * static_cast<float>(k[d]);
-  return sum;
+  std::fill(partial + n * kKeys, partial + kKeys * kKeys, 0.f);
+  at::vec::transpose_mxn<float, kKeys, kKeys>(partial, kKeys, columns, kKeys);
+  Vec sum = Vec::loadu(columns);
+  for (int64_t lane = 1; lane < kKeys; ++lane) sum = sum + Vec::loadu(columns + lane * kKeys);
+  sum.store(scores, n);
 }
 
-// out (n) = sum_t p_t v_t / total over the L keys that `mask` keeps, v_t = v + t * step (a masked
-// key is skipped, not weighted by 0: an unwritten cache position may hold anything, NaN too)
+// out (C * kWidth) = sum_t w_t v_t * inverse over the keys `mask` keeps, v_t = v + t * step: 2 C
+// independent sums (a masked key is skipped, not weighted by 0: an unwritten cache position may
+// hold anything, NaN too)
+template <int C, typename T>
+void weighted_columns(const float* w, const T* v, const bool* mask, int64_t L, int64_t step,
+                      Vec inverse, float* out) {
+  Vec acc[2 * C];
+  for (auto& a : acc) a = Vec(0.f);
+  for (int64_t t = 0; t < L; ++t) {
+    if (!mask[t]) continue;
+    const Vec weight(w[t]);
+    for (int c = 0; c < C; ++c) {
+      auto [low, high] = load_float(v + t * step + c * kWidth);
+      acc[2 * c] = at::vec::fmadd(weight, low, acc[2 * c]);
+      acc[2 * c + 1] = at::vec::fmadd(weight, high, acc[2 * c + 1]);
+    }
+  }
+  for (int c = 0; c < 2 * C; ++c) (acc[c] * inverse).store(out + c * Vec::size());
+}
+
+// out (n) = sum_t p_t v_t / total over the L keys that `mask` keeps, v_t = v + t * step
 template <typename T>
 void weighted_sum(const float* p, const T* v, const bool* mask, int64_t L, int64_t step, int64_t n,
                   float total, float* out) {
   const Vec inverse(1.f / total);
   int64_t d = 0;
+  for (; d + 2 * kWidth <= n; d += 2 * kWidth) {
+    weighted_columns<2>(p, v + d, mask, L, step, inverse, out + d);
+  }
   for (; d + kWidth <= n; d += kWidth) {
-    Vec low_acc(0.f), high_acc(0.f);
-    for (int64_t t = 0; t < L; ++t) {
-      if (!mask[t]) continue;
-      auto [low, high] = load_float(v + t * step + d);
-      low_acc = at::vec::fmadd(Vec(p[t]), low, low_acc);
-      high_acc = at::vec::fmadd(Vec(p[t]), high, high_acc);
-    }
-    (low_acc * inverse).store(out + d);
-    (high_acc * inverse).store(out + d + Vec::size());
+    weighted_columns<1>(p, v + d, mask, L, step, inverse, out + d);
   }
   for (; d < n; ++d) {
     float acc = 0.f;
@@ -90,25 +120,31 @@ struct Rows {  // one (row, head): where its queries, keys, values, mask and out
   float* out;
 };
 
-// The G queries of one row and head; `scores` holds (G, L).
+// The G queries of one row and head; `scores` holds L floats rounded up to whole vectors.
 template <typename T>
 void attend(const Rows& r, int64_t G, int64_t L, int64_t Dh, int64_t k_step, int64_t v_step,
             float scale, std::vector<float>& scores) {
   const T* k = static_cast<const T*>(r.k);
   const T* v = static_cast<const T*>(r.v);
-  for (int64_t t = 0; t < L; ++t) {  // Q K^T * scale, masked keys at -inf
-    for (int64_t g = 0; g < G; ++g) {
-      scores[g * L + t] = r.mask[t] ? dot(r.q + g * Dh, k + t * k_step, Dh) * scale
-                                    : -std::numeric_limits<float>::infinity();
+  const int64_t padded = static_cast<int64_t>(scores.size());
+  const float minus_infinity = -std::numeric_limits<float>::infinity();
+  const auto maximum = [](Vec& x, Vec& y) { return at::vec::maximum(x, y); };
+  float* s = scores.data();
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t t = 0; t < L; t += kKeys) {  // Q K^T * scale; masked keys and padding at -inf
+      dots(r.q + g * Dh, k + t * k_step, std::min<int64_t>(kKeys, L - t), k_step, Dh, s + t);
     }
-  }
-  for (int64_t g = 0; g < G; ++g) {  // exp(s - max) / sum, the sum divided out of the output
-    float* s = scores.data() + g * L;
-    float top = at::vec::reduce_all<float>([](Vec& x, Vec& y) { return at::vec::maximum(x, y); },
-                                           s, L);
-    at::vec::map([top](Vec x) { return (x - Vec(top)).exp(); }, s, s, L);
-    float total = at::vec::reduce_all<float>([](Vec& x, Vec& y) { return x + y; }, s, L);
-    weighted_sum(s, v, r.mask, L, v_step, Dh, total, r.out + g * Dh);
+    for (int64_t t = 0; t < padded; ++t) s[t] = t < L && r.mask[t] ? s[t] * scale : minus_infinity;
+    Vec top(minus_infinity), total(0.f);  // exp(s - max), its sum divided out of the output
+    for (int64_t t = 0; t < padded; t += kKeys) top = at::vec::maximum(top, Vec::loadu(s + t));
+    const Vec largest(at::vec::vec_reduce_all<float>(maximum, top));
+    for (int64_t t = 0; t < padded; t += kKeys) {
+      const Vec e = (Vec::loadu(s + t) - largest).exp();
+      e.store(s + t);
+      total = total + e;
+    }
+    const float sum = at::vec::vec_reduce_all<float>([](Vec& x, Vec& y) { return x + y; }, total);
+    weighted_sum(s, v, r.mask, L, v_step, Dh, sum, r.out + g * Dh);
   }
 }
 
@@ -123,7 +159,7 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
   const bool* mp = mask.const_data_ptr<bool>();
   const int64_t mask_row = mask.size(0) == 1 ? 0 : mask.stride(0);
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(G * L);
+    std::vector<float> scores((L + kKeys - 1) / kKeys * kKeys);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / H, h = i % H;
       const Rows r{qp + i * G * Dh, kp + b * k.stride(0) + h * k.stride(1),
