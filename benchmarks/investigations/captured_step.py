@@ -6,6 +6,7 @@ first call costs (the compilation).
     python benchmarks/investigations/captured_step.py --int8-split 8   # the int8 kinds only
     python benchmarks/investigations/captured_step.py --kernel-split 8 # qkv's int8 kernel or not
     python benchmarks/investigations/captured_step.py --products       # the products only
+    python benchmarks/investigations/captured_step.py --attention      # the attention kernel only
 
 Each path decodes the same 8 sources one at a time, 30 tokens forced; per step = median of 3 runs
 over 240 tokens (the encoder's share included). Each path's outputs are compared with the first's
@@ -186,6 +187,41 @@ def kernel_split(rounds: int) -> None:
     interleaved(models, rounds)
 
 
+def attention_calls() -> None:
+    """µs per call of the step's attention kernel (`qkv::decoding_attention`, float16 keys and
+    values as an int8 step caches them) at the shapes a step makes: one query a row (greedy) or a
+    sentence's four beams stacked (beam 4's cross-attention), over L keys; each with its keys and
+    values in the cache (one layer's, called again and again) and not (48 layers' in turn, each
+    read once a round: 80 MB at 32 rows and 26 keys, more than an L3 holds)."""
+    import statistics
+
+    import torch
+
+    from qkv.runtime import kernels as qkv_kernels
+
+    op = qkv_kernels.decoding_attention()
+    if op is None:
+        return print("the attention kernel is not built here")
+    heads, d_head = common.HEADS, common.D_MODEL // common.HEADS
+    for rows, queries, keys in ((1, 1, 26), (1, 4, 26), (32, 1, 8), (32, 1, 26), (32, 1, 32)):
+        q = torch.randn(rows, heads, queries, d_head)
+        mask = torch.ones(rows, 1, 1, keys, dtype=torch.bool)
+        layers = [torch.randn(2, rows, heads, keys, d_head).half() for _ in range(48)]
+        result = []
+        for caches in (layers[:1], layers):
+            times = []
+            for _ in range(max(20, 600 // len(caches))):
+                start = time.perf_counter()
+                for kv in caches:
+                    op(q, kv[0], kv[1], mask, d_head**-0.5)
+                times.append((time.perf_counter() - start) / len(caches))
+            result.append(statistics.median(times[3:]) * 1e6)
+        print(
+            f"attention, {rows:2d} rows x {queries} queries over {keys:2d} keys: "
+            f"{result[0]:6.1f} µs a call in the cache, {result[1]:6.1f} µs read from memory"
+        )
+
+
 def interleaved(models: dict, rounds: int) -> None:
     """Two models decoding the same sources in one process, interleaved over `rounds` runs of
     each workload: median tokens/s and the first's ratio to the second."""
@@ -238,6 +274,9 @@ def main() -> None:
     parser.add_argument(
         "--products", action="store_true", help="only time the step's products by kernel"
     )
+    parser.add_argument(
+        "--attention", action="store_true", help="only time the step's attention kernel"
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     import torch
@@ -250,6 +289,8 @@ def main() -> None:
         return int8_split(args.int8_split)
     if args.kernel_split:
         return kernel_split(args.kernel_split)
+    if args.attention:
+        return attention_calls()
     if not args.products:
         compare_paths()
     for rows in (1, 4, 32, 128):
