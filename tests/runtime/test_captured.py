@@ -23,8 +23,10 @@ from qkv.runtime.captured import (
     Int8Linear,
     capture_decoder,
     capture_refusal,
+    choose_kernel,
     choose_onednn,
     int8_linears,
+    kernel_rows_faster,
     onednn_int8_available,
     onednn_rows_faster,
 )
@@ -96,12 +98,15 @@ def test_the_step_s_attention_with_or_without_the_kernel_finds_the_same_hypothes
     assert tokens[1] == tokens[0] and tokens[2] == tokens[0]
 
 
-def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses() -> None:
+def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The same int8 model captured with its layers on qkv's kernel and on `torch._int_mm` (each
     packed weight unpacked back to (N, K) before the first step compiles): the same integer sums,
     the same beams."""
     if kernels.int8_linear() is None:
         pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
+    monkeypatch.setattr("qkv.runtime.captured.choose_kernel", lambda a, b: True)  # not measured
     model = tiny_model(d_model=64, d_ff=128)
     on, off = (
         prepare_for_decoding(copy.deepcopy(model), quantize="int8", capture=True) for _ in "ab"
@@ -240,6 +245,27 @@ def test_the_int8_product_for_several_rows_is_chosen_by_its_measured_time(
     assert not onednn_rows_faster([Int8Linear(nn.Linear(8, 8))])  # nothing to measure
 
 
+def test_the_int8_kernel_serves_where_its_one_row_products_measure_faster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the kernel built, the step's layers and the output projection go on it where
+    `choose_kernel` says so (timings injected); else they stay on torch's products and fbgemm's."""
+    assert choose_kernel(1.0, 1.0) and not choose_kernel(1.1, 1.0)
+    assert not kernel_rows_faster([])  # nothing to measure
+    if kernels.int8_linear() is None:
+        pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
+    model = tiny_model(d_model=64, d_ff=128)
+    for verdict in (True, False):
+        monkeypatch.setattr("qkv.runtime.captured.choose_kernel", lambda a, b, v=verdict: v)
+        converted = dict(int8_linears(copy.deepcopy(model)).named_modules())
+        step = [m for m in converted.values() if type(m) is Int8Linear]
+        assert len(step) > 3 and {m.packed is not None for m in step} == {verdict}
+        output = [m for n, m in converted.items() if n.endswith("output_projection")]
+        assert [type(m) for m in output] == [Int8Linear if verdict else DynamicInt8Linear]
+    monkeypatch.setattr("qkv.runtime.captured.int8_linear", lambda: None)
+    assert not kernel_rows_faster([Int8Linear(nn.Linear(16, 16))])  # no kernel: not measured
+
+
 @pytest.mark.parametrize("kernel", [True, False])
 def test_captured_int8_decodes_near_its_eager_twin(
     kernel: bool, monkeypatch: pytest.MonkeyPatch
@@ -250,6 +276,7 @@ def test_captured_int8_decodes_near_its_eager_twin(
         pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
     if not kernel:
         monkeypatch.setattr("qkv.runtime.captured.int8_linear", lambda: None)
+    monkeypatch.setattr("qkv.runtime.captured.choose_kernel", lambda a, b: True)  # not measured
     model = tiny_model(d_model=64, d_ff=128)
     eager = prepare_for_decoding(copy.deepcopy(model), pack=False)
     captured = prepare_for_decoding(model, quantize="int8", capture=True)

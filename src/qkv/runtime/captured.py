@@ -16,9 +16,10 @@ the first call of a prefix, attention weights, training, runs the readable `Deco
 unchanged.
 
 int8 (`int8_linears`): the step's linear layers are `Int8Linear`, weights quantized per output
-row, the activations per row at run time (the scheme CTranslate2 uses). With AVX512-VNNI they
-multiply by qkv's own kernel (`qkv.runtime.kernels.int8_linear`: the weight streamed once for up to
-four rows), and so does the output projection; elsewhere one row by `torch._int_mm`, several by
+row, the activations per row at run time (the scheme CTranslate2 uses). With AVX512-VNNI, where
+its one-row products measure faster than `torch._int_mm`'s at load, they multiply by qkv's own
+kernel (`qkv.runtime.kernels.int8_linear`: the weight streamed once for up to four rows), and so
+does the output projection; elsewhere one row by `torch._int_mm`, several by
 oneDNN's prepacked product where it measures faster (beam 4 of one sentence 1.2x on a Xeon:
 docs/benchmarks.md, "A captured decoding step"), and the output projection is fbgemm's dynamic
 int8. The encoder and the cross-attention's memory projections, many rows called once per source,
@@ -194,23 +195,55 @@ def onednn_int8_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_prepack")
 
 
+def kernel_rows_faster(linears: list[Int8Linear], repeats: int = 5) -> bool:
+    """Whether qkv's int8 kernel multiplies one row (a greedy step's) by every weight of `linears`
+    faster than `torch._int_mm` does on this CPU, x quantized inside either way: the median of
+    `repeats` passes each (`choose_kernel`). False where the kernel does not run."""
+    op = int8_linear()
+    if op is None or not linears:
+        return False
+    x = {m.in_features: torch.randn(1, m.in_features) for m in linears}
+    packed = [pack_int8_weight(m.qweight) for m in linears]
+
+    def kernel() -> None:
+        for m, (weight, sums) in zip(linears, packed, strict=True):
+            op(x[m.in_features], weight, sums, m.scale, m.bias)
+
+    def int_mm() -> None:
+        for m in linears:
+            m(x[m.in_features])
+
+    with torch.inference_mode():
+        kernel_seconds = time_calls(kernel, repeats).seconds
+        return choose_kernel(kernel_seconds, time_calls(int_mm, repeats).seconds)
+
+
+def choose_kernel(kernel_seconds: float, int_mm_seconds: float) -> bool:
+    """qkv's int8 kernel where it takes at most `_int_mm`'s time (at several rows it is as fast
+    as oneDNN's product: docs/benchmarks.md, "qkv's int8 kernel")."""
+    return kernel_seconds <= int_mm_seconds
+
+
 def int8_linears(model: nn.Module) -> nn.Module:
     """Every `nn.Linear` of `model` made int8 (in place), each of the kind that runs it faster.
-    Where qkv's int8 kernel runs (`kernels.int8_linear`: AVX512-VNNI), the decoder's one-token
-    step and the output projection are `Int8Linear` on that kernel; elsewhere the step's are
-    `Int8Linear` on torch's products (the compiled program fuses their quantization of x) and
-    the output projection is fbgemm's dynamic int8. The encoder and the cross-attention's memory
-    projections, many rows at once, are fbgemm's (`runtime.quantize`: 1.3-2.5x faster called
-    eagerly, docs/benchmarks.md)."""
-    kernel = int8_linear() is not None and all(
-        m.in_features % 16 == 0 for m in model.modules() if type(m) is nn.Linear
+    Where qkv's int8 kernel runs (`kernels.int8_linear`: AVX512-VNNI) and multiplies the step's
+    one-row products faster than `torch._int_mm` (`kernel_rows_faster`, measured here), the
+    decoder's one-token step and the output projection are `Int8Linear` on that kernel;
+    elsewhere the step's are `Int8Linear` on torch's products (the compiled program fuses their
+    quantization of x) and the output projection is fbgemm's dynamic int8. The encoder and the
+    cross-attention's memory projections, many rows at once, are fbgemm's (`runtime.quantize`:
+    1.3-2.5x faster called eagerly, docs/benchmarks.md)."""
+    linears = {name: m for name, m in model.named_modules() if type(m) is nn.Linear}
+    many_rows = [n for n in linears if n.startswith("encoder.") or n.endswith("cross_attn.kv_proj")]
+    output = [n for n in linears if n.endswith("output_projection")]
+    kernel = (
+        int8_linear() is not None
+        and all(m.in_features % 16 == 0 for m in linears.values())
+        and kernel_rows_faster(
+            [Int8Linear(m) for n, m in linears.items() if n not in many_rows + output]
+        )
     )
-    called_eagerly = ("cross_attn.kv_proj",) + (() if kernel else ("output_projection",))
-    eager = [
-        name
-        for name, m in model.named_modules()
-        if type(m) is nn.Linear and (name.startswith("encoder.") or name.endswith(called_eagerly))
-    ]
+    eager = many_rows + ([] if kernel else output)
     if eager:
         quantize_int8(model, inplace=True, only=eager)
     replace_modules(model, nn.Linear, Int8Linear)
