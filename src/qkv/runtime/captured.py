@@ -197,12 +197,14 @@ def onednn_int8_available() -> bool:
 
 def kernel_rows_faster(linears: list[Int8Linear], repeats: int = 5) -> bool:
     """Whether qkv's int8 kernel multiplies one row (a greedy step's) by every weight of `linears`
-    faster than `torch._int_mm` does on this CPU, x quantized inside either way: the median of
-    `repeats` passes each (`choose_kernel`). False where the kernel does not run."""
+    faster than `torch._int_mm` does on this CPU: the kernel as called (x quantized and the sums
+    scaled inside) against `_int_mm`'s bare integer product, the median of `repeats` passes each
+    (`choose_kernel`). False where the kernel does not run."""
     op = int8_linear()
     if op is None or not linears:
         return False
     x = {m.in_features: torch.randn(1, m.in_features) for m in linears}
+    xq = {k: torch.randint(-127, 128, row.shape, dtype=torch.int8) for k, row in x.items()}
     packed = [pack_int8_weight(m.qweight) for m in linears]
 
     def kernel() -> None:
@@ -211,7 +213,7 @@ def kernel_rows_faster(linears: list[Int8Linear], repeats: int = 5) -> bool:
 
     def int_mm() -> None:
         for m in linears:
-            m(x[m.in_features])
+            torch._int_mm(xq[m.in_features], m.qweight.t())
 
     with torch.inference_mode():
         kernel_seconds = time_calls(kernel, repeats).seconds
