@@ -238,17 +238,17 @@ def int8_linears(model: nn.Module) -> nn.Module:
     linears = {name: m for name, m in model.named_modules() if type(m) is nn.Linear}
     many_rows = [n for n in linears if n.startswith("encoder.") or n.endswith("cross_attn.kv_proj")]
     output = [n for n in linears if n.endswith("output_projection")]
+    # the step's layers, built once: measured here, then put in the model
+    measured = {id(m): Int8Linear(m) for n, m in linears.items() if n not in many_rows + output}
     kernel = (
         int8_linear() is not None
         and all(m.in_features % 16 == 0 for m in linears.values())
-        and kernel_rows_faster(
-            [Int8Linear(m) for n, m in linears.items() if n not in many_rows + output]
-        )
+        and kernel_rows_faster(list(measured.values()))
     )
     eager = many_rows + ([] if kernel else output)
     if eager:
         quantize_int8(model, inplace=True, only=eager)
-    replace_modules(model, nn.Linear, Int8Linear)
+    replace_modules(model, nn.Linear, lambda m: measured.get(id(m)) or Int8Linear(m))
     step = [m for m in model.modules() if isinstance(m, Int8Linear)]
     faster = not kernel and onednn_rows_faster(step)
     for m in step:
