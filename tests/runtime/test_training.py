@@ -11,7 +11,7 @@ from torch import nn
 
 from qkv import Transformer
 from qkv.model import MultiHeadedAttention
-from qkv.runtime.training import MaskDropout, prepare_for_training
+from qkv.runtime.training import MaskDropout, keep_mask, prepare_for_training
 from tiny_models import batch, random_sources, tiny_config
 
 
@@ -35,6 +35,24 @@ def test_mask_dropout_is_dropout(dtype: torch.dtype) -> None:
     assert drop(x) is x
     assert torch.equal(MaskDropout(1.0)(x), torch.zeros_like(x))
     assert MaskDropout(0.0)(x) is x
+
+
+@pytest.mark.parametrize("shape", [(400, 500), (3, 7, 11)])
+def test_every_lane_of_a_draw_keeps_with_probability_1_minus_p(shape: tuple[int, ...]) -> None:
+    # four masks elements come from one 64-bit draw: each of the four positions (and an odd
+    # count's last, partial draw) keeps 1 - p of the time, including the draw's top lane
+    p = 0.25
+    kept, n = torch.zeros(4), torch.zeros(4)
+    lane = torch.arange(torch.Size(shape).numel()) % 4
+    for seed in range(200_000 // len(lane) + 1):
+        torch.manual_seed(seed)
+        mask = keep_mask(torch.Size(shape), p, torch.device("cpu"))
+        assert mask.shape == shape and mask.dtype == torch.bool
+        kept += torch.bincount(lane, mask.flatten().float(), minlength=4)
+        n += torch.bincount(lane, minlength=4)
+    # >= 50,000 Bernoulli(0.75) draws per lane: within 5 standard deviations (0.0097)
+    assert torch.allclose(kept / n, torch.full((4,), 1 - p), atol=0.0097), kept / n
+    assert keep_mask(torch.Size([1000]), 0.0, torch.device("cpu")).all()
 
 
 def test_mask_dropout_follows_the_seed() -> None:

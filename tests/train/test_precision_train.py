@@ -30,17 +30,19 @@ def train_losses(trainer: Trainer) -> list[float]:
 
 
 def test_bf16_training_tracks_fp32_over_the_first_updates(recipe: Recipe, tmp_path: Path) -> None:
-    """Six updates from the same start and data: each logged training loss of the bf16 run within 2% of the
-    fp32 run's (bf16 keeps 8 mantissa bits: about 0.4% per product), yet not equal (bf16 did compute);
-    the weights and optimizer state stay fp32."""
+    """Six updates from the same start, data and dropout masks: the bf16 run's logged training losses
+    within 1.5% of the fp32 run's on average and each within 4% (bf16 keeps 8 mantissa bits: about
+    0.4% per product; over seven seeds the gaps measure 0.4-1.0% on average, over thirteen
+    0.6-3.1% at most), yet not equal (bf16 did compute); the weights and optimizer state stay
+    fp32."""
     fp32 = Trainer(recipe(precision="fp32"), tmp_path / "fp32")
     bf16 = Trainer(recipe(precision="bf16"), tmp_path / "bf16")
     assert (fp32.precision, bf16.precision) == ("fp32", "bf16")
     a, b = train_losses(fp32), train_losses(bf16)
     assert len(a) == len(b) == 6
     assert a != b
-    for x, y in zip(a, b, strict=True):
-        assert abs(x - y) <= 0.02 * x, (a, b)
+    gaps = [abs(x - y) / x for x, y in zip(a, b, strict=True)]
+    assert sum(gaps) / len(gaps) <= 0.015 and max(gaps) <= 0.04, (a, b)
     assert a[-1] < a[0] and b[-1] < b[0]  # both learn
     assert all(p.dtype == torch.float32 for p in bf16.model.parameters())
     states = [s for state in bf16.optimizer.state.values() for s in state.values() if s.dim() > 0]
