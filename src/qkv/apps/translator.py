@@ -48,6 +48,7 @@ from ..modeldir import load_languages, load_model_dir
 from ..runtime.choice import choose_decoding_path
 from ..runtime.options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ..runtime.prepare import prepare_for_decoding
+from ..runtime.quantize import int8_engine_note
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
 from .glossary import Glossary, check_search, joining_pieces
 from .translation import Extras, Translation
@@ -90,9 +91,7 @@ class Translator:
         if self.max_src_tokens < 2:
             raise ValueError(f"max_src_tokens must be >= 2 (a token and eos), got {max_src_tokens}")
         self._workers: ForkedWorkers | None = None  # forked at the first call with workers > 1
-        self._joins: Tensor | None = (
-            None  # the target's `joining_pieces`, once a glossary needs them
-        )
+        self._joins: Tensor | None = None  # the target's `joining_pieces`, once a glossary asks
         self.decoding_path = "decoding path: as given"  # `load` says what it chose and why
         self.languages: tuple[str, str] | None = None  # (source, target), where recorded
 
@@ -140,6 +139,7 @@ class Translator:
             models.append(
                 prepare_for_decoding(model, device, quantize, pack, precision, capture, plain_rows)
             )
+            why += int8_engine_note(models[-1])
         tokenizer = SubwordTokenizer.load(directories[0])
         for d in directories[1:]:
             if not SubwordTokenizer.load(d).same_as(tokenizer):

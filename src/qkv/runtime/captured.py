@@ -21,9 +21,9 @@ its one-row products measure faster than `torch._int_mm`'s at load, they multipl
 kernel (`qkv.runtime.kernels.int8_linear`: the weight streamed once for up to four rows), and so
 does the output projection; elsewhere one row by `torch._int_mm`, several by
 oneDNN's prepacked product where it measures faster (beam 4 of one sentence 1.2x on a Xeon:
-docs/benchmarks.md, "A captured decoding step"), and the output projection is fbgemm's dynamic
+docs/benchmarks.md, "A captured decoding step"), and the output projection is torch's dynamic
 int8. The encoder and the cross-attention's memory projections, many rows called once per source,
-are fbgemm's. An int8 step's caches hold keys and values in float16 (`INT8_KV_DTYPE`), cast up to
+are torch's dynamic int8 (fbgemm or oneDNN, measured: `runtime.quantize`). An int8 step's caches hold keys and values in float16 (`INT8_KV_DTYPE`), cast up to
 float32 as attention reads them.
 
 The attention of a float32 or int8 step runs a C++ kernel, `qkv::decoding_attention`
@@ -54,7 +54,7 @@ from ..model.layers import SublayerConnection
 from ..model.transformer import Decoder
 from .attention import grouped_attention
 from .kernels import decoding_attention, int8_linear, pack_int8_weight
-from .quantize import quantize_int8
+from .quantize import many_row_layers, quantize_int8_measured
 from .swap import rebuilt_as, replace_modules
 from .timing import time_calls
 
@@ -232,11 +232,12 @@ def int8_linears(model: nn.Module) -> nn.Module:
     one-row products faster than `torch._int_mm` (`kernel_rows_faster`, measured here), the
     decoder's one-token step and the output projection are `Int8Linear` on that kernel;
     elsewhere the step's are `Int8Linear` on torch's products (the compiled program fuses their
-    quantization of x) and the output projection is fbgemm's dynamic int8. The encoder and the
-    cross-attention's memory projections, many rows at once, are fbgemm's (`runtime.quantize`:
-    1.3-2.5x faster called eagerly, docs/benchmarks.md)."""
+    quantization of x) and the output projection is torch's dynamic int8. The encoder and the
+    cross-attention's memory projections, many rows at once, are torch's dynamic int8 (1.3-2.5x
+    faster called eagerly, docs/benchmarks.md), each group on the library measured faster at its
+    rows (`runtime.quantize.quantize_int8_measured`)."""
     linears = {name: m for name, m in model.named_modules() if type(m) is nn.Linear}
-    many_rows = [n for n in linears if n.startswith("encoder.") or n.endswith("cross_attn.kv_proj")]
+    many_rows = many_row_layers(linears)
     output = [n for n in linears if n.endswith("output_projection")]
     # the step's layers, built once: measured here, then put in the model
     measured = {id(m): Int8Linear(m) for n, m in linears.items() if n not in many_rows + output}
@@ -247,7 +248,7 @@ def int8_linears(model: nn.Module) -> nn.Module:
     )
     eager = many_rows + ([] if kernel else output)
     if eager:
-        quantize_int8(model, inplace=True, only=eager)
+        quantize_int8_measured(model, only=eager)
     replace_modules(model, nn.Linear, lambda m: measured.get(id(m)) or Int8Linear(m))
     step = [m for m in model.modules() if isinstance(m, Int8Linear)]
     faster = not kernel and onednn_rows_faster(step)

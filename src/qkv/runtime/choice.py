@@ -177,7 +177,8 @@ def cache_key(shapes: list[tuple[int, int]], flags: set[str]) -> str:
             f"threads {torch.get_num_threads()} | {layers}")
 
 
-def _read_cache(path: Path) -> dict[str, dict]:
+def read_verdicts(path: Path) -> dict[str, dict]:
+    """The verdicts kept in `path` by their `cache_key` ({} where there are none yet)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):  # none yet, or unreadable: measure again
@@ -185,8 +186,9 @@ def _read_cache(path: Path) -> dict[str, dict]:
     return data if isinstance(data, dict) else {}
 
 
-def _write_cache(path: Path, key: str, verdict: dict) -> None:
-    data = _read_cache(path)
+def write_verdict(path: Path, key: str, verdict: dict) -> None:
+    """Keep `verdict` in `path` under `key` (the others kept; nothing where `path` is read-only)."""
+    data = read_verdicts(path)
     data[key] = verdict
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -226,7 +228,7 @@ def choose_decoding_path(
     among = ",".join(f"{p}{'+pack' if k else ''}" for p, k in paths)
     key = f"{cache_key(shapes, flags)} | {among}"
     cache = cache_file() if cache is None else cache
-    verdict = _read_cache(cache).get(key)
+    verdict = read_verdicts(cache).get(key)
     if isinstance(verdict, dict):
         chosen = (verdict.get("precision"), verdict.get("pack"), verdict.get("plain_rows", 0))
         if chosen[:2] in paths and chosen[2] in (0, 1):
@@ -234,17 +236,20 @@ def choose_decoding_path(
             return DecodingPath(chosen[0], chosen[1], why, chosen[2])
     timings = (measure or time_greedy_steps)(model, paths)
     chosen = fastest(with_plain_rows(timings))
-    _write_cache(cache, key, dict(zip(("precision", "pack", "plain_rows"), chosen, strict=True)))
+    write_verdict(cache, key, dict(zip(("precision", "pack", "plain_rows"), chosen, strict=True)))
     return DecodingPath(chosen[0], chosen[1], describe(chosen, timings, "measured now"), chosen[2])
 
 
 __all__ = [
     "DecodingPath",
     "cache_file",
+    "cache_key",
     "candidates",
     "choose_decoding_path",
     "fastest",
+    "read_verdicts",
     "step_shapes",
     "time_greedy_steps",
     "with_plain_rows",
+    "write_verdict",
 ]

@@ -13,7 +13,7 @@ from .attention import use_decoding_attention
 from .captured import INT8_KV_DTYPE, capture_decoder, int8_linears
 from .packed import pack_linear_weights, packing_available
 from .precision import check_precision, resolve_precision
-from .quantize import QUANTIZATIONS, quantize_int8
+from .quantize import QUANTIZATIONS, quantize_int8_measured
 
 
 def prepare_for_decoding(
@@ -33,6 +33,9 @@ def prepare_for_decoding(
     (`runtime.packed`); pack=False leaves nn.Linear. The prepared model still gives attention
     weights on request (an `AttentionWeights` passed to it); with float32 weights, packed or not,
     they equal the plain model's.
+
+    int8's products run on the int8 library (fbgemm or oneDNN) measured faster for each group of
+    layers on this CPU (`runtime.quantize.quantize_int8_measured`).
 
     precision ("auto", "fp32", "bf16"; `runtime.precision`): bf16 casts every weight and buffer
     once, embeddings and output projection included, before packing; the search takes its
@@ -62,7 +65,7 @@ def prepare_for_decoding(
             return capture_decoder(model)
         return capture_decoder(int8_linears(model), kv_dtype=INT8_KV_DTYPE)
     if quantize is not None:
-        return quantize_int8(model, inplace=True)  # the float model is not kept
+        return quantize_int8_measured(model)  # in place: the float model is not kept
     dtype = next(model.parameters()).dtype
     on_cpu = torch.device(device).type == "cpu"
     if pack or (pack is None and on_cpu and packing_available(dtype)):
