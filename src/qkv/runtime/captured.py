@@ -23,8 +23,8 @@ does the output projection; elsewhere one row by `torch._int_mm`, several by
 oneDNN's prepacked product where it measures faster (beam 4 of one sentence 1.2x on a Xeon:
 docs/benchmarks.md, "A captured decoding step"), and the output projection is torch's dynamic
 int8. The encoder and the cross-attention's memory projections, many rows called once per source,
-are torch's dynamic int8 (fbgemm or oneDNN, measured: `runtime.quantize`). An int8 step's caches hold keys and values in float16 (`INT8_KV_DTYPE`), cast up to
-float32 as attention reads them.
+are torch's dynamic int8 (fbgemm or oneDNN, measured: `runtime.quantize`). An int8 step's caches
+hold keys and values in float16 (`INT8_KV_DTYPE`), cast up to float32 as attention reads them.
 
 The attention of a float32 or int8 step runs a C++ kernel, `qkv::decoding_attention`
 (`qkv.runtime.kernels`: one pass over a row's keys and values, read in the cache's dtype), which
