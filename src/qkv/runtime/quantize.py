@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .choice import cache_file, cache_key, read_verdicts, write_verdict
 from .precision import cpu_flags
 
 QUANTIZATIONS = ("int8",)
@@ -127,8 +128,6 @@ def faster_int8_engine(
     CPU (`choose_engine`), measured once per CPU, torch, threads and shapes: the verdict is kept
     in `cache` (default: `runtime.choice.cache_file()`) beside the decoding paths'. timer:
     seconds of one pass over the layers (default: `time_int8_layers`)."""
-    from .choice import cache_file, cache_key, read_verdicts, write_verdict  # choice: float paths
-
     engines = int8_engines()
     if len(engines) == 1 or not linears:
         return engines[0]
