@@ -62,7 +62,7 @@ def prepare_for_training(model: nn.Module, precision: str, device: torch.device)
     swapped = sum(type(m) is nn.Dropout for m in model.modules())
     replace_modules(model, nn.Dropout, lambda d: MaskDropout(d.p))
     if swapped:
-        notes.append(f"{swapped} dropout modules cut their masks from random integers (MaskDropout)")
+        notes.append(f"{swapped} dropout modules cut their masks from random bits (MaskDropout)")
     if precision == "bf16":
         readable = 0
         for module in model.modules():
