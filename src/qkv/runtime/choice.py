@@ -134,10 +134,15 @@ def time_greedy_steps(model: nn.Module, paths: list[tuple[str, bool]], steps: in
     return out
 
 
-def fastest(timings: dict[Path_, dict[int, float]]) -> Path_:
-    """The path whose times, each divided by the best at its row count, sum least."""
-    best = {rows: min(t[rows] for t in timings.values()) for rows in ROWS}
-    return min(timings, key=lambda path: sum(timings[path][r] / best[r] for r in ROWS))
+def fastest(timings: dict[Path_, dict[int, float]], margin: float = 1.0) -> Path_:
+    """The path whose times, each divided by the best at its row count, sum least; with a
+    margin below 1 the first path (a default) stays unless that sum is at most `margin` times
+    its own. Every path is timed at the same row counts."""
+    rows = next(iter(timings.values()))
+    best = {r: min(t[r] for t in timings.values()) for r in rows}
+    sums = {path: sum(t[r] / best[r] for r in rows) for path, t in timings.items()}
+    least, default = min(sums, key=sums.__getitem__), next(iter(sums))
+    return least if sums[least] <= margin * sums[default] else default
 
 
 def with_plain_rows(timings: Timings) -> dict[tuple[str, bool, int], dict[int, float]]:

@@ -31,13 +31,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .choice import cache_file, cache_key, read_verdicts, write_verdict
+from .choice import ROWS, cache_file, cache_key, fastest, read_verdicts, write_verdict
 from .precision import cpu_flags
 
 QUANTIZATIONS = ("int8",)
 ENGINE_MARGIN = 0.9  # oneDNN replaces fbgemm where it takes at most this share of fbgemm's time
 MANY_ROWS = (24, 768)  # the encoder's rows per call: one sentence's tokens, 32 sentences'
-FEW_ROWS = (1, 32)  # a decoding step's: one sentence, 32
+FEW_ROWS = ROWS  # a decoding step's: one sentence, 32 (as the decoding path is timed)
 # (engine, rows) -> seconds of one pass of the layers over inputs of `rows` rows
 Timer = Callable[[str, int], float]
 
@@ -145,13 +145,8 @@ def faster_int8_engine(
 
 def choose_engine(seconds: dict[str, dict[int, float]]) -> str:
     """The first library (the default) unless another's seconds, each divided by the least at
-    its row count, sum to at most `ENGINE_MARGIN` of the default's."""
-    engines = list(seconds)
-    rows = seconds[engines[0]]
-    best = {r: min(t[r] for t in seconds.values()) for r in rows}
-    score = {e: sum(seconds[e][r] / best[r] for r in rows) for e in engines}
-    challenger = min(engines[1:], key=score.__getitem__, default=engines[0])
-    return challenger if score[challenger] <= ENGINE_MARGIN * score[engines[0]] else engines[0]
+    its row count, sum to at most `ENGINE_MARGIN` of the default's (`runtime.choice.fastest`)."""
+    return fastest(seconds, ENGINE_MARGIN)
 
 
 def time_int8_layers(linears: list[nn.Linear], engines: list[str], repeats: int) -> Timer:
