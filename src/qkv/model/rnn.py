@@ -26,7 +26,7 @@ from ..config import TransformerConfig
 from .attention import AdditiveScore, AttentionWeights, softmax_attention
 from .embedding import TokenEmbedding
 from .masks import padding_mask
-from .transformer import init_linear_weights, make_embeddings
+from .transformer import EncoderDecoder
 
 
 class BahdanauAttention(nn.Module):
@@ -174,27 +174,12 @@ class RNNDecoder(nn.Module):
         return torch.stack(outputs, dim=1), weights
 
 
-class RNNSearch(nn.Module):
+class RNNSearch(EncoderDecoder):
     """The GRU encoder-decoder with Bahdanau attention. model(src (B, S), tgt_in (B, T)) -> logits
     (B, T, V), and the decoding interface of `Transformer`."""
 
     def __init__(self, config: TransformerConfig) -> None:
-        super().__init__()
-        cfg = self.config = config
-        src_embedding, tgt_embedding = make_embeddings(cfg)
-        self.encoder = RNNEncoder(cfg, src_embedding)
-        self.decoder = RNNDecoder(cfg, tgt_embedding)
-        self.output_projection = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=cfg.output_bias)
-        init_linear_weights(self)
-        if cfg.tie_output:
-            self.output_projection.weight = tgt_embedding.weight
-
-    def forward(
-        self, src_ids: Tensor, tgt_in_ids: Tensor, weights: AttentionWeights | None = None
-    ) -> Tensor:
-        src_mask = padding_mask(src_ids, self.config.pad_id)
-        memory = self.encode(src_ids, src_mask)
-        return self.decode(tgt_in_ids, memory, src_mask, weights=weights)
+        super().__init__(config, RNNEncoder, RNNDecoder)
 
     def encode(
         self,
@@ -205,19 +190,6 @@ class RNNSearch(nn.Module):
         """src_ids (B, S) -> annotations (B, S, D) (no self-attention: `weights` stays as it is)."""
         return self.encoder(src_ids, src_mask)
 
-    def decode(
-        self,
-        tgt_ids: Tensor,
-        memory: Tensor,
-        memory_mask: Tensor | None = None,
-        cache: RecurrentCache | None = None,
-        weights: AttentionWeights | None = None,
-    ) -> Tensor:
-        """tgt_ids (R, T) -> logits (R, T, V); with `cache`, the next positions only. Consecutive
-        groups of R / B rows share a memory row, as for `Transformer.decode`."""
-        hidden, _ = self.decoder(tgt_ids, memory, memory_mask, cache, weights)
-        return self.output_projection(hidden)
-
     def new_cache(self, capacity: int = 64) -> RecurrentCache:
         """An empty recurrent cache (its size does not grow with the output: `capacity` is
         unused)."""
@@ -226,9 +198,6 @@ class RNNSearch(nn.Module):
     def max_target_positions(self) -> int | None:
         """No positional table: any length."""
         return None
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
 
 __all__ = ["BahdanauAttention", "RNNDecoder", "RNNEncoder", "RNNSearch", "RecurrentCache"]

@@ -2,8 +2,8 @@
 
     Encoder:      ids -> embedding (+ positions) -> N x EncoderLayer -> memory (B, S, D)
     Decoder:      ids -> embedding (+ positions) -> N x DecoderLayer(memory) -> hidden (B, T, D)
-    Transformer:  the encoder-decoder of the paper:
-                  logits = output_projection(decoder(tgt, encoder(src)))
+    EncoderDecoder: logits = output_projection(decoder(tgt, encoder(src)))
+    Transformer:  the encoder-decoder of the paper (Encoder and Decoder in that frame)
     EncoderOnly:  BERT-style, with a masked-token head and a classification head
     DecoderOnly:  GPT-style causal language model (decoder layers without cross-attention)
 
@@ -179,21 +179,27 @@ def init_linear_weights(module: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
-class Transformer(nn.Module):
-    """The encoder-decoder Transformer.
+class EncoderDecoder(nn.Module):
+    """An encoder, a decoder and the pre-softmax projection over the target vocabulary: the frame
+    that `Transformer` and the recurrent baseline (`rnn.RNNSearch`) share.
 
-    model(src_ids (B, S), tgt_in_ids (B, T)) -> logits (B, T, V_tgt).
-
-    Weight tying (paper 3.4): `share_embeddings` uses one embedding for source and target (joint
-    vocabulary); `tie_output` makes the pre-softmax projection the target embedding matrix.
+    model(src_ids (B, S), tgt_in_ids (B, T)) -> logits (B, T, V_tgt). `encoder_class` and
+    `decoder_class` are built as cls(config, embedding). Weight tying (paper 3.4):
+    `share_embeddings` uses one embedding for source and target (joint vocabulary); `tie_output`
+    makes the pre-softmax projection the target embedding matrix.
     """
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(
+        self,
+        config: TransformerConfig,
+        encoder_class: type[nn.Module],
+        decoder_class: type[nn.Module],
+    ) -> None:
         super().__init__()
         cfg = self.config = config
         src_embedding, tgt_embedding = make_embeddings(cfg)
-        self.encoder = Encoder(cfg, src_embedding)
-        self.decoder = Decoder(cfg, tgt_embedding)
+        self.encoder = encoder_class(cfg, src_embedding)
+        self.decoder = decoder_class(cfg, tgt_embedding)
         self.output_projection = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=cfg.output_bias)
         init_linear_weights(self)
         if cfg.tie_output:
@@ -233,6 +239,18 @@ class Transformer(nn.Module):
         hidden, _ = self.decoder(tgt_ids, memory, memory_mask, cache, weights)
         return self.output_projection(hidden)
 
+    def num_parameters(self) -> int:
+        """Trainable and frozen parameters, each shared tensor counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+
+class Transformer(EncoderDecoder):
+    """The encoder-decoder Transformer of the paper: a stack of `EncoderLayer`s and one of
+    `DecoderLayer`s. model(src_ids (B, S), tgt_in_ids (B, T)) -> logits (B, T, V_tgt)."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config, Encoder, Decoder)
+
     def new_cache(self, capacity: int = 64) -> DecoderCache:
         """An empty cache for incremental decoding with this model, with room for `capacity` target
         positions before its buffers grow (the longest output + 1 for bos allocates once)."""
@@ -241,10 +259,6 @@ class Transformer(nn.Module):
     def max_target_positions(self) -> int | None:
         """The most target positions the decoder can place (learned positions: the table's size)."""
         return self.decoder.max_positions()
-
-    def num_parameters(self) -> int:
-        """Trainable and frozen parameters, each shared tensor counted once."""
-        return sum(p.numel() for p in self.parameters())
 
 
 class EncoderOnly(nn.Module):
