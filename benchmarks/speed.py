@@ -32,7 +32,8 @@ from typing import Any
 import common  # benchmarks/common.py (the script's folder is on sys.path)
 from common import D_MODEL, HEADS
 from qkv.runtime.process import tcmalloc_library, with_tcmalloc
-from speed_engines import build, check, check_line, worker  # benchmarks/speed_engines.py
+from speed_check import check, check_line  # benchmarks/speed_check.py
+from speed_engines import build, worker  # benchmarks/speed_engines.py
 from speed_tables import attention_table, decode_table, peer_table, train_table
 
 TGT_LEN = 25  # target tokens per training pair

@@ -21,6 +21,7 @@ import argparse
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -77,6 +78,32 @@ def measure(settings: dict, sources: list) -> dict[str, float]:
     }
 
 
+def prequantized_calls(int8: list, rows: int) -> dict[str, Callable[[], list]]:
+    """The int8 layers' products on inputs quantized beforehand: `torch._int_mm` alone (int8
+    inputs), and oneDNN's prepacked int8 linear (`onednn.qlinear_pointwise`, uint8 inputs)."""
+    import torch
+
+    d, d_ff = common.D_MODEL, 4 * common.D_MODEL
+    signed = {n: torch.randint(-127, 128, (rows, n), dtype=torch.int8) for n in (d, d_ff)}
+    unsigned = {n: torch.randint(0, 256, (rows, n), dtype=torch.uint8) for n in (d, d_ff)}
+    packed = [torch.ops.onednn.qlinear_prepack(m.qweight, None) for m in int8]
+    zero = [torch.zeros(m.out_features, dtype=torch.long) for m in int8]
+
+    def int_mm() -> list:
+        return [torch._int_mm(signed[m.in_features], m.qweight.t()) for m in int8]
+
+    def qlinear() -> list:
+        return [
+            torch.ops.onednn.qlinear_pointwise(  # input (scale, zero point), weight (scales,
+                unsigned[m.in_features], 0.05, 128, w, m.scale, z, m.bias,  # zero points), bias;
+                1.0, 0, torch.float32, "none", [], "",  # output scale, zero point, dtype, no post-op
+            )
+            for m, w, z in zip(int8, packed, zero, strict=True)
+        ]
+
+    return {"_int_mm alone": int_mm, "oneDNN qlinear": qlinear}
+
+
 def kernels(rows: int) -> dict[str, float]:
     """Milliseconds for the 37 products of a step (6 decoder layers and the output projection)
     of `rows` input rows, by kernel: float32 nn.Linear, int8 fbgemm (what --quantize int8 runs
@@ -107,40 +134,12 @@ def kernels(rows: int) -> dict[str, float]:
             m.use_kernel()
     inputs = {n: torch.randn(rows, n) for n in (d, d_ff)}
     xs = [inputs[m.in_features] for m in plain]
-    int8 = kinds["int8 _int_mm"]
-    signed = {n: torch.randint(-127, 128, (rows, n), dtype=torch.int8) for n in (d, d_ff)}
-    unsigned = {n: torch.randint(0, 256, (rows, n), dtype=torch.uint8) for n in (d, d_ff)}
-    packed = [torch.ops.onednn.qlinear_prepack(m.qweight, None) for m in int8]
-    zero = [torch.zeros(m.out_features, dtype=torch.long) for m in int8]
 
     def products(layers: list) -> list:
         return [m(x) for m, x in zip(layers, xs, strict=True)]
 
-    def int_mm() -> list:
-        return [torch._int_mm(signed[m.in_features], m.qweight.t()) for m in int8]
-
-    def qlinear() -> list:
-        return [
-            torch.ops.onednn.qlinear_pointwise(
-                unsigned[m.in_features],
-                0.05,
-                128,
-                w,
-                m.scale,
-                z,
-                m.bias,
-                1.0,
-                0,
-                torch.float32,
-                "none",
-                [],
-                "",
-            )
-            for m, w, z in zip(int8, packed, zero, strict=True)
-        ]
-
     calls = {name: partial(products, layers) for name, layers in kinds.items()}
-    calls |= {"_int_mm alone": int_mm, "oneDNN qlinear": qlinear}
+    calls |= prequantized_calls(kinds["int8 _int_mm"], rows)
     with torch.inference_mode():
         return {name: common.time_calls(run, 10).seconds * 1e3 for name, run in calls.items()}
 

@@ -17,6 +17,74 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+
+def demo_test(n_test: int) -> Any:
+    """The demo's test split (`qkv demo`'s seed and sizes, `n_test` held-out numbers)."""
+    from qkv.apps.demo import demo_config
+    from qkv.data.synthetic import synthetic_splits
+
+    cfg = demo_config()
+    _, _, test = synthetic_splits(
+        cfg.seed,
+        cfg.synthetic_train,
+        cfg.synthetic_valid,
+        n_test,
+        target=cfg.synthetic_target,
+        max_value=cfg.synthetic_max_value,
+    )
+    return test
+
+
+def ct2_translate(
+    model_dir: Path, translator: Any, sources: list[str], work: Path
+) -> tuple[list[str], float]:
+    """`sources` greedily through the model exported to CTranslate2 with int8 weights, and the
+    seconds that translating took (the export not counted)."""
+    import ctranslate2
+
+    from qkv.interop.ctranslate2 import export_ctranslate2, never_generated
+    from qkv.modeldir import load_model_dir
+
+    out = export_ctranslate2(model_dir, work / "ct2-int8", quantization="int8")
+    never = never_generated(load_model_dir(model_dir), translator.tokenizer)
+    tokenizer = translator.tokenizer
+    ct2 = ctranslate2.Translator(str(out), device="cpu", compute_type="int8")
+    pieces = tokenizer.tgt_vocabulary()
+    source = [[tokenizer.src_vocabulary()[i] for i in ids] for ids in tokenizer.encode_src(sources)]
+    start = time.perf_counter()
+    results = ct2.translate_batch(
+        source, beam_size=1, max_decoding_length=256, suppress_sequences=never
+    )
+    seconds = time.perf_counter() - start
+    ids = [[pieces.index(p) for p in r.hypotheses[0]] for r in results]
+    return tokenizer.decode_tgt(ids), seconds
+
+
+def agreement(test: Any, ours: list[str], theirs: list[str]) -> dict[str, Any]:
+    """Each engine's exact match (overall, held out, by digit count) and how often they agree."""
+    digits = [len(s.replace(" ", "")) for s in test.src]
+    held_out = [i for i, k in enumerate(digits) if k >= 3]
+
+    def exact(hyps: list[str], rows: list[int]) -> float:
+        return sum(hyps[i] == test.tgt[i] for i in rows) / len(rows)
+
+    everything = list(range(len(test.src)))
+    by_digits = {k: [i for i, d in enumerate(digits) if d == k] for k in sorted(set(digits))}
+    return {
+        "test_numbers": len(everything),
+        "held_out_numbers": len(held_out),
+        "qkv_float32_exact_match": exact(ours, everything),
+        "qkv_float32_held_out_exact_match": exact(ours, held_out),
+        "ct2_int8_exact_match": exact(theirs, everything),
+        "ct2_int8_held_out_exact_match": exact(theirs, held_out),
+        "same_output": sum(a == b for a, b in zip(ours, theirs, strict=True)) / len(ours),
+        "by_digits": {  # digit count -> (qkv float32, CTranslate2 int8) exact match
+            k: [round(exact(ours, rows), 4), round(exact(theirs, rows), 4)]
+            for k, rows in by_digits.items()
+        },
+    }
 
 
 def main() -> None:
@@ -29,68 +97,23 @@ def main() -> None:
 
     import ctranslate2
 
-    from qkv.apps.demo import demo_config, run_demo
+    from qkv.apps.demo import run_demo
     from qkv.apps.translator import Translator
-    from qkv.data.synthetic import synthetic_splits
     from qkv.decode.options import DecodeOptions
-    from qkv.interop.ctranslate2 import export_ctranslate2, never_generated
-    from qkv.modeldir import load_model_dir
 
     work = Path(tempfile.mkdtemp(prefix="qkv-ct2-demo-"))
     model_dir = Path(args.model) if args.model else work / "demo"
     if args.model is None:
         print(f"training the demo into {model_dir} ...")
         run_demo(model_dir, n_test=args.n_test)
-    cfg = demo_config()
-    _, _, test = synthetic_splits(
-        cfg.seed,
-        cfg.synthetic_train,
-        cfg.synthetic_valid,
-        args.n_test,
-        target=cfg.synthetic_target,
-        max_value=cfg.synthetic_max_value,
-    )
+    test = demo_test(args.n_test)
     translator = Translator.load(model_dir)
     start = time.perf_counter()
     ours = translator.translate(test.src, DecodeOptions(beam=1))
     qkv_seconds = time.perf_counter() - start
-
-    out = export_ctranslate2(model_dir, work / "ct2-int8", quantization="int8")
-    tokenizer = translator.tokenizer
-    ct2 = ctranslate2.Translator(str(out), device="cpu", compute_type="int8")
-    pieces = tokenizer.tgt_vocabulary()
-    source = [
-        [tokenizer.src_vocabulary()[i] for i in ids] for ids in tokenizer.encode_src(test.src)
-    ]
-    start = time.perf_counter()
-    results = ct2.translate_batch(
-        source,
-        beam_size=1,
-        max_decoding_length=256,
-        suppress_sequences=never_generated(load_model_dir(model_dir), tokenizer),
-    )
-    ct2_seconds = time.perf_counter() - start
-    theirs = tokenizer.decode_tgt([[pieces.index(p) for p in r.hypotheses[0]] for r in results])
-
-    held_out = [i for i, src in enumerate(test.src) if len(src.replace(" ", "")) >= 3]
-
-    def exact(hyps: list[str], rows: list[int]) -> float:
-        return sum(hyps[i] == test.tgt[i] for i in rows) / len(rows)
-
-    everything = list(range(len(test.src)))
+    theirs, ct2_seconds = ct2_translate(model_dir, translator, test.src, work)
     numbers = {
-        "test_numbers": len(everything),
-        "held_out_numbers": len(held_out),
-        "qkv_float32_exact_match": exact(ours, everything),
-        "qkv_float32_held_out_exact_match": exact(ours, held_out),
-        "ct2_int8_exact_match": exact(theirs, everything),
-        "ct2_int8_held_out_exact_match": exact(theirs, held_out),
-        "same_output": sum(a == b for a, b in zip(ours, theirs, strict=True)) / len(ours),
-        "by_digits": {  # digit count -> (qkv float32, CTranslate2 int8) exact match
-            k: [round(exact(ours, rows), 4), round(exact(theirs, rows), 4)]
-            for k in sorted({len(s.replace(" ", "")) for s in test.src})
-            for rows in [[i for i, s in enumerate(test.src) if len(s.replace(" ", "")) == k]]
-        },
+        **agreement(test, ours, theirs),
         "qkv_seconds": round(qkv_seconds, 2),
         "ct2_int8_seconds": round(ct2_seconds, 2),
         "ctranslate2": ctranslate2.__version__,

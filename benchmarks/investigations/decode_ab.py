@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,27 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for
 import common
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--search", choices=["greedy", "beam"], default="beam", help="greedy or beam 4"
-    )
-    parser.add_argument("--batch", type=int, choices=[1, 32], default=32)
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="batches decoded at once, on worker threads unless --processes",
-    )
-    parser.add_argument(
-        "--processes",
-        choices=["kept", "per-call"],
-        help="workers in forked processes of one thread: forked once and kept "
-        "(`ForkedWorkers`, as a Translator does) or forked for every call",
-    )
-    parser.add_argument(
-        "--threads", type=int, help="torch intra-op threads (default: torch's, one per core)"
-    )
+def add_path_options(parser: argparse.ArgumentParser) -> None:
+    """The decoding path's options: device, precision, int8, a captured step and its kernels."""
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--precision",
@@ -95,6 +77,30 @@ def main() -> None:
         help="with --capture --quantize int8: the layers on torch._int_mm / oneDNN, not qkv's "
         "int8 kernel (qkv.runtime.kernels)",
     )
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--search", choices=["greedy", "beam"], default="beam", help="greedy or beam 4"
+    )
+    parser.add_argument("--batch", type=int, choices=[1, 32], default=32)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="batches decoded at once, on worker threads unless --processes",
+    )
+    parser.add_argument(
+        "--processes",
+        choices=["kept", "per-call"],
+        help="workers in forked processes of one thread: forked once and kept "
+        "(`ForkedWorkers`, as a Translator does) or forked for every call",
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch intra-op threads (default: torch's, one per core)"
+    )
+    add_path_options(parser)
     parser.add_argument("--cache-off", action="store_true", help="decode without the decoder cache")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="", help="a label printed first (which tree this is)")
@@ -103,8 +109,11 @@ def main() -> None:
         action="store_true",
         help="instead of timing, print torch.profiler's table of one batch",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def prepared_model(args: argparse.Namespace) -> torch.nn.Module:
+    """The base-shape model prepared for decoding as the options say."""
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.onednn_margin is not None:
@@ -126,6 +135,37 @@ def main() -> None:
     )
     if args.attention_loops:
         model.decoder.attention_kernel = False
+    return model
+
+
+def profile(
+    one: Callable[[torch.Tensor], Any], run: Callable[[], Any], batch: torch.Tensor
+) -> None:
+    """torch.profiler's table of one batch, after a warm-up run."""
+    run()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        one(batch)
+    print(
+        prof.key_averages().table(
+            sort_by="self_cpu_time_total", row_limit=16, max_name_column_width=50
+        )
+    )
+
+
+def setting(args: argparse.Namespace) -> str:
+    """The measured setting, in words."""
+    processes = f" processes {args.processes}" if args.processes else ""
+    return (
+        f"{args.search} b{args.batch} workers {args.workers}{processes} "
+        f"{args.quantize or args.precision}{' captured' if args.capture else ''}"
+        f"{' attention loops' if args.attention_loops else ''}"
+        f"{' int8 torch' if args.int8_torch else ''}{' cache off' if args.cache_off else ''}"
+    )
+
+
+def main() -> None:
+    args = parse_args()
+    model = prepared_model(args)
     n = common.BATCH32_SENTENCES if args.batch == 32 else common.BATCH1_SENTENCES
     new_tokens, use_cache = common.NEW_TOKENS, not args.cache_off
     src = common.random_sentences(n, common.SRC_LEN).to(args.device)
@@ -150,26 +190,12 @@ def main() -> None:
         return out
 
     if args.profile:
-        run()  # warm-up
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            one(jobs[0])
         print(args.tag)
-        print(
-            prof.key_averages().table(
-                sort_by="self_cpu_time_total", row_limit=16, max_name_column_width=50
-            )
-        )
+        profile(one, run, jobs[0])
         return
     times, _ = common.timed(run, args.repeats)
-    processes = f" processes {args.processes}" if args.processes else ""
-    setting = (
-        f"{args.search} b{args.batch} workers {args.workers}{processes} "
-        f"{args.quantize or args.precision}{' captured' if args.capture else ''}"
-        f"{' attention loops' if args.attention_loops else ''}"
-        f"{' int8 torch' if args.int8_torch else ''}"
-    )
     print(
-        f"{args.tag}\t{setting}{' cache off' if args.cache_off else ''}"
+        f"{args.tag}\t{setting(args)}"
         f"\t{n * new_tokens / times['seconds']:.1f} tokens/s"
         f"\tpeak RSS {common.memory_mb('VmHWM'):.0f} MB"
         f"\tothers' cores {times['other_cores']:.2f}",

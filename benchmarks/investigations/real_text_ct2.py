@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -50,40 +51,20 @@ def timed(run: Callable[[], list[str]], repeats: int) -> tuple[float, list[str]]
     return statistics.median(seconds), out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="a model directory (qkv's format)")
-    parser.add_argument("--src", required=True, help="sources, one per line (.gz read as gzip)")
-    parser.add_argument("--ref", help="references, for BLEU (sacreBLEU's default)")
-    parser.add_argument("--beam", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+Report = Callable[[str, str, int, float, list[str]], None]  # engine, setting, beam, seconds, out
 
-    import ctranslate2
-    import sacrebleu
 
+def qkv_rows(args: argparse.Namespace, lines: list[str], report: Report) -> Any:
+    """Time qkv's `Translator` in each of QKV_ROWS' settings; its tokenizer."""
     from qkv.apps.translator import Translator
-    from qkv.data.corpus import read_lines
     from qkv.decode.options import DecodeOptions
-    from qkv.interop.ctranslate2 import export_ctranslate2, never_generated
-    from qkv.modeldir import load_model_dir
     from qkv.runtime.options import RuntimeOptions
 
-    lines = read_lines(args.src)
-    refs = read_lines(args.ref) if args.ref else None
-    print(common.describe(common.machine(), common.versions("torch", "ctranslate2")))
-    print(f"{len(lines)} sentences of {args.src}; lines/s, median of {args.repeats} warm passes")
-
-    def report(engine: str, label: str, beam: int, seconds: float, out: list[str]) -> None:
-        bleu = f"{sacrebleu.corpus_bleu(out, [refs]).score:.2f}" if refs else "-"
-        print(f"| {engine} | {label} | {beam} | {len(lines) / seconds:,.0f} | {bleu} |", flush=True)
-
-    print("\n| engine | setting | beam | lines/s | BLEU |\n|---|---|--:|--:|--:|")
-    translator = None
+    tokenizer = None
     for label, fields in QKV_ROWS:
         torch.set_num_threads(fields.get("threads", 1))
         translator = Translator.load(args.model, RuntimeOptions(**fields))
+        tokenizer = translator.tokenizer
         for beam in args.beam:
             options = DecodeOptions(beam=beam, alpha=args.alpha)
             seconds, out = timed(
@@ -91,9 +72,16 @@ def main() -> None:
             )
             report("qkv", label, beam, seconds, out)
         translator.close()
+    return tokenizer
 
-    assert translator is not None
-    tokenizer = translator.tokenizer
+
+def ct2_rows(args: argparse.Namespace, lines: list[str], tokenizer: Any, report: Report) -> None:
+    """Time CTranslate2 on the model exported with int8 weights, in each of CT2_ROWS' layouts."""
+    import ctranslate2
+
+    from qkv.interop.ctranslate2 import export_ctranslate2, never_generated
+    from qkv.modeldir import load_model_dir
+
     source = [[tokenizer.src_vocabulary()[i] for i in ids] for ids in tokenizer.encode_src(lines)]
     pieces = {p: i for i, p in enumerate(tokenizer.tgt_vocabulary())}
     never = never_generated(load_model_dir(args.model), tokenizer)
@@ -125,6 +113,34 @@ def main() -> None:
 
             seconds, out = timed(run, args.repeats)
             report("CTranslate2", label, beam, seconds, out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a model directory (qkv's format)")
+    parser.add_argument("--src", required=True, help="sources, one per line (.gz read as gzip)")
+    parser.add_argument("--ref", help="references, for BLEU (sacreBLEU's default)")
+    parser.add_argument("--beam", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    import sacrebleu
+
+    from qkv.data.corpus import read_lines
+
+    lines = read_lines(args.src)
+    refs = read_lines(args.ref) if args.ref else None
+    print(common.describe(common.machine(), common.versions("torch", "ctranslate2")))
+    print(f"{len(lines)} sentences of {args.src}; lines/s, median of {args.repeats} warm passes")
+
+    def report(engine: str, label: str, beam: int, seconds: float, out: list[str]) -> None:
+        bleu = f"{sacrebleu.corpus_bleu(out, [refs]).score:.2f}" if refs else "-"
+        print(f"| {engine} | {label} | {beam} | {len(lines) / seconds:,.0f} | {bleu} |", flush=True)
+
+    print("\n| engine | setting | beam | lines/s | BLEU |\n|---|---|--:|--:|--:|")
+    tokenizer = qkv_rows(args, lines, report)
+    ct2_rows(args, lines, tokenizer, report)
 
 
 if __name__ == "__main__":
