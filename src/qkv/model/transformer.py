@@ -17,6 +17,8 @@ attention weights of every layer and head; without one the fused attention kerne
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -35,6 +37,9 @@ from .positions import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
+
+if TYPE_CHECKING:
+    from ..decode.interface import Cache
 
 
 class Stack(nn.Module):
@@ -229,10 +234,11 @@ class EncoderDecoder(nn.Module):
         tgt_ids: Tensor,
         memory: Tensor,
         memory_mask: Tensor | None = None,
-        cache: DecoderCache | None = None,
+        cache: Cache | None = None,
         weights: AttentionWeights | None = None,
     ) -> Tensor:
-        """tgt_ids (R, T) -> logits (R, T, V). With `cache`, tgt_ids are the next positions only.
+        """tgt_ids (R, T) -> logits (R, T, V). With `cache` (the model's `new_cache()`), tgt_ids
+        are the next positions only.
 
         memory (B, S, D) has one row per source; R is a multiple of B, and consecutive groups of
         R / B target rows (beam search's hypotheses of one sentence) share a memory row."""
