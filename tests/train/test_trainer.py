@@ -326,15 +326,16 @@ def test_linear_schedule_anneals_to_zero_at_max_steps(recipe: Recipe, tmp_path: 
 def test_subword_dropout_draws_a_new_segmentation_every_epoch(tmp_path: Path, recipe: Recipe) -> None:
     trainer = Trainer(recipe(subword="bpe", subword_dropout=0.1), tmp_path)
     d, tok = trainer.data, trainer.data.tokenizer
+    texts = [d.text_src[i] for i in d.rows], [d.text_tgt[i] for i in d.rows]
     draws = []
     for epoch in (0, 1, 0):
         trainer.sampler.set_epoch(epoch)
-        src, tgt = trainer._epoch_ids()
-        assert tok.decode_src(src) == d.train.src and tok.decode_tgt(tgt) == d.train.tgt
+        src, tgt = map(list, trainer._epoch_ids())
+        assert tok.decode_src(src) == texts[0] and tok.decode_tgt(tgt) == texts[1]
         assert list(trainer.sampler.tgt_sizes - 2) == [len(t) for t in tgt]  # the batches follow the draw
         draws.append((src, tgt))
     assert draws[0] == draws[2] != draws[1]
-    assert draws[0][1] != d.train_tgt and draws[0][0] != d.train_src
+    assert draws[0][1] != list(d.train_tgt) and draws[0][0] != list(d.train_src)
 
 
 def test_lowercase_equals_training_on_lowercased_files(tmp_path: Path) -> None:
@@ -355,7 +356,8 @@ def test_lowercase_equals_training_on_lowercased_files(tmp_path: Path) -> None:
 
     lowered, by_hand = data(True, "", "a"), data(False, ".lc", "b")
     assert lowered.tokenizer.lowercase and not by_hand.tokenizer.lowercase
-    assert (lowered.train_src, lowered.train_tgt) == (by_hand.train_src, by_hand.train_tgt)
+    assert list(lowered.train_src) == list(by_hand.train_src)
+    assert list(lowered.train_tgt) == list(by_hand.train_tgt)
     assert (lowered.valid_src, lowered.valid_tgt) == (by_hand.valid_src, by_hand.valid_tgt)
     assert lowered.valid is not None and by_hand.valid is not None
     assert lowered.valid.tgt == by_hand.valid.tgt == [t.lower() for t in lines[::-1]]  # BLEU references

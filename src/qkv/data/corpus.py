@@ -10,7 +10,7 @@ import codecs
 import gzip
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +21,8 @@ class DataError(ValueError):
     """A problem with the user's data (missing file, bad encoding, misaligned lines, ...)."""
 
 
-def read_lines(path: StrPath) -> list[str]:
-    """Read a UTF-8 text file (gzip-compressed if its name ends in `.gz`) into a list of lines.
+def iter_lines(path: StrPath) -> Iterator[str]:
+    """The lines of a UTF-8 text file (gzip-compressed if its name ends in `.gz`), one at a time.
 
     Only the line terminator ("\\n" or "\\r\\n") and a UTF-8 byte order mark at the start of the
     file are removed; other whitespace is kept as is. Lines are split on "\\n" alone, so
@@ -32,16 +32,19 @@ def read_lines(path: StrPath) -> list[str]:
     if not path.is_file():
         raise DataError(f"file not found: {path}")
     opener = gzip.open if path.suffix == ".gz" else open
-    lines = []
     try:
         with opener(path, "rb") as f:
             for number, raw in enumerate(f, start=1):
                 if number == 1:
                     raw = raw.removeprefix(codecs.BOM_UTF8)
-                lines.append(_decode(raw.rstrip(b"\n").removesuffix(b"\r"), path, number))
+                yield _decode(raw.rstrip(b"\n").removesuffix(b"\r"), path, number)
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise DataError(f"{path}: not a valid gzip file ({e})") from None
-    return lines
+
+
+def read_lines(path: StrPath) -> list[str]:
+    """All the lines of a text file (see `iter_lines`)."""
+    return list(iter_lines(path))
 
 
 def _decode(raw: bytes, path: Path, number: int) -> str:
@@ -67,26 +70,44 @@ class ParallelCorpus:
         return len(self.src)
 
 
+def iter_parallel(src_path: StrPath, tgt_path: StrPath) -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of two line-aligned files, one at a time; a DataError when
+    their line counts differ (found when the shorter one ends)."""
+    src, tgt = iter_lines(src_path), iter_lines(tgt_path)
+    n = 0
+    for n, s in enumerate(src, start=1):
+        t = next(tgt, None)
+        if t is None:
+            n_src, n_tgt = n + sum(1 for _ in src), n - 1
+            break
+        yield s, t
+    else:
+        n_src, n_tgt = n, n + sum(1 for _ in tgt)
+    if n_src != n_tgt:
+        raise DataError(f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}")
+
+
 def load_parallel(src_path: StrPath, tgt_path: StrPath) -> ParallelCorpus:
     """Load a corpus stored as two line-aligned files, one per language."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
-    return ParallelCorpus(src, tgt)
+    pairs = list(iter_parallel(src_path, tgt_path))
+    return ParallelCorpus([s for s, _ in pairs], [t for _, t in pairs])
 
 
-def load_tsv(path: StrPath) -> ParallelCorpus:
-    """Load a corpus stored as one `source<TAB>target` pair per line."""
-    src, tgt = [], []
-    for number, line in enumerate(read_lines(path), start=1):
+def iter_tsv(path: StrPath) -> Iterator[tuple[str, str]]:
+    """The pairs of a file of `source<TAB>target` lines, one at a time."""
+    for number, line in enumerate(iter_lines(path), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
             raise DataError(
                 f"{path}:{number}: expected source<TAB>target, found {len(fields) - 1} tabs"
             )
-        src.append(fields[0])
-        tgt.append(fields[1])
-    return ParallelCorpus(src, tgt)
+        yield fields[0], fields[1]
+
+
+def load_tsv(path: StrPath) -> ParallelCorpus:
+    """Load a corpus stored as one `source<TAB>target` pair per line."""
+    pairs = list(iter_tsv(path))
+    return ParallelCorpus([s for s, _ in pairs], [t for _, t in pairs])
 
 
 @dataclass

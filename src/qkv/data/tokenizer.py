@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def auto_character_coverage(texts: Iterable[str]) -> float:
 
 
 def _train_model(
-    texts: list[str],
+    texts: Callable[[], Iterator[str]],
     vocab_size: int,
     model_type: str,
     character_coverage: float | None,
@@ -87,13 +88,14 @@ def _train_model(
     num_threads: int,
     max_sentences: int,
 ) -> bytes:
-    """Train one SentencePiece model in memory and return its serialized proto."""
+    """Train one SentencePiece model in memory and return its serialized proto; `texts()` streams
+    the sentences (twice when the character coverage is chosen from them)."""
     if character_coverage is None:
-        character_coverage = auto_character_coverage(texts)
+        character_coverage = auto_character_coverage(texts())
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts),
+        sentence_iterator=texts(),
         model_writer=model,
         model_type=model_type,
         vocab_size=vocab_size,
@@ -106,7 +108,7 @@ def _train_model(
         bos_id=BOS_ID,
         eos_id=EOS_ID,
         num_threads=num_threads,
-        input_sentence_size=max_sentences,  # a larger corpus is subsampled (seeded)
+        input_sentence_size=max_sentences,  # a larger corpus: a seeded reservoir sample
         shuffle_input_sentence=True,
         minloglevel=2,  # errors only
     )
@@ -258,8 +260,8 @@ class SubwordTokenizer:
     @classmethod
     def train(
         cls,
-        texts_src: list[str],
-        texts_tgt: list[str],
+        texts_src: Sequence[str],
+        texts_tgt: Sequence[str],
         out_dir: str | Path,
         vocab_size: int = 8000,
         model_type: str = "unigram",
@@ -270,7 +272,8 @@ class SubwordTokenizer:
         max_sentences: int = 2_000_000,
         lowercase: bool = False,
     ) -> SubwordTokenizer:
-        """Train on raw sentences and save to `out_dir`.
+        """Train on raw sentences and save to `out_dir`. The sentences are streamed (a mapped
+        `qkv.data.mapped.TextLines` is never read whole).
 
         vocab_size: the size of each model (an upper bound on tiny corpora).
         model_type: "unigram" or "bpe".
@@ -285,14 +288,16 @@ class SubwordTokenizer:
         if model_type not in ("unigram", "bpe"):
             raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
         args = (vocab_size, model_type, character_coverage, seed, num_threads, max_sentences)
-        if lowercase:
-            texts_src = [t.lower() for t in texts_src]
-            texts_tgt = [t.lower() for t in texts_tgt]
+
+        def stream(*sides: Sequence[str]) -> Callable[[], Iterator[str]]:
+            texts = chain.from_iterable
+            return lambda: (t.lower() for t in texts(sides)) if lowercase else texts(sides)
+
         if joint:
-            src_proto = tgt_proto = _train_model(texts_src + texts_tgt, *args)
+            src_proto = tgt_proto = _train_model(stream(texts_src, texts_tgt), *args)
         else:
-            src_proto = _train_model(texts_src, *args)
-            tgt_proto = _train_model(texts_tgt, *args)
+            src_proto = _train_model(stream(texts_src), *args)
+            tgt_proto = _train_model(stream(texts_tgt), *args)
         config = {
             "joint": joint,
             "model_type": model_type,

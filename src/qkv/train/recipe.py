@@ -104,6 +104,9 @@ class TrainConfig:
     synthetic_max_value: int = 999_999
     max_len: int = 200  # pairs with a side longer than this many subwords are dropped (and counted)
     max_ratio: float | None = None  # and pairs whose subword length ratio exceeds this
+    # where the training data is kept once encoded (memory-mapped, reused by every run on the
+    # same files and settings; safe to delete); None: <cache>/prepared ($QKV_CACHE_DIR)
+    prepared_dir: str | None = None
     # --- subwords (SentencePiece)
     vocab_size: int = 8000
     subword: str = "unigram"  # or "bpe"

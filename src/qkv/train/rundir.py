@@ -73,6 +73,7 @@ RESUME_SAFE_KEYS = (
     "threads",
     "max_nonfinite_updates",
     "data_dir",
+    "prepared_dir",
     "download",
 )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from .base import Task, fingerprint
 log = logging.getLogger("qkv.train")
 
 
-Pairs = tuple[list[list[int]], list[list[int]]]  # source ids, target ids
+Pairs = tuple[Sequence[list[int]], Sequence[list[int]]]  # source ids, target ids
 
 
 class TranslationTask(Task[Pairs, Batch]):
@@ -39,9 +40,11 @@ class TranslationTask(Task[Pairs, Batch]):
 
     def prepare(self, out: Path, train_tokenizer: bool, tokenizer_dir: Path | None = None) -> None:
         self.data = prepare_data(self.cfg, out, train_tokenizer, tokenizer_dir)
+        self.out = out
+        self._sampled: tempfile.TemporaryDirectory | None = None  # this epoch's segmentation
 
-    def train_lengths(self) -> tuple[list[int], list[int]]:
-        return [len(s) for s in self.data.train_src], [len(t) for t in self.data.train_tgt]
+    def train_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.data.train_src.lengths, self.data.train_tgt.lengths
 
     def valid_lengths(self) -> tuple[list[int], list[int]]:
         return [len(s) for s in self.data.valid_src], [len(t) for t in self.data.valid_tgt]
@@ -52,8 +55,7 @@ class TranslationTask(Task[Pairs, Batch]):
     def data_fingerprints(self) -> dict[str, str]:
         d = self.data
         return {
-            "train_src": fingerprint(d.train_src),
-            "train_tgt": fingerprint(d.train_tgt),
+            **d.fingerprints,
             "valid_src": fingerprint(d.valid_src),
             "valid_tgt": fingerprint(d.valid_tgt),
         }
@@ -61,13 +63,19 @@ class TranslationTask(Task[Pairs, Batch]):
     def epoch_examples(self, sampler: TokenBatchSampler) -> Pairs:
         """The training pairs' ids for the sampler's epoch: fixed, or re-segmented per epoch
         (subword_dropout) from a seed of (seed, epoch), so that a resumed epoch gets the same
-        draw."""
+        draw. A sampled segmentation is written to a temporary folder in the run directory,
+        removed when the next epoch's replaces it."""
         cfg = self.cfg
         if cfg.subword_dropout == 0.0:
             return self.data.train_src, self.data.train_tgt
         seed = int(np.random.SeedSequence([cfg.seed, sampler.epoch]).generate_state(1)[0])
-        src, tgt = sample_segmentation(self.data, cfg.subword_dropout, seed, cfg.max_len)
-        sampler.set_lengths([len(s) for s in src], [len(t) for t in tgt])
+        previous = self._sampled
+        self._sampled = tempfile.TemporaryDirectory(prefix=".segmentation-", dir=self.out)
+        if previous is not None:
+            previous.cleanup()
+        directory = Path(self._sampled.name)
+        src, tgt = sample_segmentation(self.data, cfg.subword_dropout, seed, cfg.max_len, directory)
+        sampler.set_lengths(src.lengths, tgt.lengths)
         return src, tgt
 
     def valid_examples(self) -> Pairs:
@@ -75,7 +83,7 @@ class TranslationTask(Task[Pairs, Batch]):
 
     def collate(
         self,
-        examples: tuple[list[list[int]], list[list[int]]],
+        examples: Pairs,
         indices: list[int],
         key: Sequence[int],
     ) -> Batch:

@@ -1,0 +1,122 @@
+"""Sequences on disk, read through memory maps: what lets a corpus of millions of pairs train in
+the memory of a small one.
+
+A `TokenArray` is a list of id sequences stored as one flat array of ids (`NAME.bin`, raw
+little-endian: uint16 when every id fits, else int32) and an index of offsets (`NAME.idx.npy`,
+(N+1,) int64): sequence i is ids[offsets[i]:offsets[i+1]]. A `TextLines` is the same for UTF-8
+text (`NAME.bin` the bytes, `NAME.idx.npy` the byte offsets). This is the layout of fairseq's
+memory-mapped indexed datasets, in numpy's own formats: nothing is unpickled, the operating
+system's page cache shares the files between processes (every torchrun rank maps the same pages),
+and a process's memory holds only the offsets and what a batch reads.
+
+`SequenceWriter` appends sequences chunk by chunk, so that nothing is held whole while writing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+INDEX_SUFFIX = ".idx.npy"
+DATA_SUFFIX = ".bin"
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest dtype that holds every id of a vocabulary: uint16, else int32."""
+    return np.dtype(np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32)
+
+
+class SequenceWriter:
+    """Writes `NAME.bin` and `NAME.idx.npy` in `directory`, a chunk of sequences at a time.
+
+    `add_ids` takes id sequences, `add_texts` strings (stored as UTF-8); `close` writes the index
+    and returns the number of sequences.
+    """
+
+    def __init__(self, directory: Path, name: str, dtype: np.dtype | type) -> None:
+        self.dtype = np.dtype(dtype)
+        self.index_path = directory / f"{name}{INDEX_SUFFIX}"
+        self._data: BinaryIO = open(directory / f"{name}{DATA_SUFFIX}", "wb")  # noqa: SIM115
+        self._lengths: list[np.ndarray] = []  # one (chunk,) int64 array per chunk
+
+    def add_ids(self, sequences: Sequence[Sequence[int]]) -> None:
+        lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+        flat = np.fromiter(
+            (i for seq in sequences for i in seq), dtype=self.dtype, count=int(lengths.sum())
+        )
+        self._data.write(flat.tobytes())
+        self._lengths.append(lengths)
+
+    def add_texts(self, texts: Iterable[str]) -> None:
+        encoded = [text.encode("utf-8") for text in texts]
+        self._data.write(b"".join(encoded))
+        self._lengths.append(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
+
+    def close(self) -> int:
+        self._data.close()
+        lengths = np.concatenate([np.zeros(1, np.int64), *self._lengths])
+        np.save(self.index_path, np.cumsum(lengths))
+        return len(lengths) - 1
+
+    def abort(self) -> None:
+        self._data.close()
+
+
+def _map(directory: Path, name: str, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets (N+1,) int64 in memory, data mapped read-only) of NAME in `directory`."""
+    offsets = np.load(directory / f"{name}{INDEX_SUFFIX}")
+    path = directory / f"{name}{DATA_SUFFIX}"
+    expected = int(offsets[-1]) * dtype.itemsize
+    size = path.stat().st_size
+    if offsets.ndim != 1 or size != expected:
+        raise ValueError(f"{path}: {size} bytes, but its index says {expected}")
+    if size == 0:  # a zero-length file cannot be mapped
+        return offsets, np.zeros(0, dtype)
+    return offsets, np.memmap(path, dtype=dtype, mode="r")
+
+
+class TokenArray(Sequence[list[int]]):
+    """Id sequences mapped from disk: `array[i]` is sequence i as a list of ints; `lengths` is
+    the (N,) array of their lengths, in memory."""
+
+    def __init__(self, directory: Path, name: str, dtype: np.dtype | str) -> None:
+        self.offsets, self.ids = _map(directory, name, np.dtype(dtype))
+        self.lengths = np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (self[i] for i in range(len(self)))
+
+
+class TextLines(Sequence[str]):
+    """UTF-8 texts mapped from disk: `lines[i]` is text i."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.offsets, self.data = _map(directory, name, np.dtype(np.uint8))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.data[self.offsets[i] : self.offsets[i + 1]].tobytes().decode("utf-8")
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(len(self)))
+
+    def chunks(self, size: int, rows: np.ndarray | None = None) -> Iterator[list[str]]:
+        """The texts (of `rows`, default all, in that order) in lists of at most `size`."""
+        rows = np.arange(len(self)) if rows is None else rows
+        for start in range(0, len(rows), size):
+            yield [self[int(i)] for i in rows[start : start + size]]
