@@ -65,6 +65,16 @@ def test_translate_split_sentences_and_html(model_dir: Path, monkeypatch: pytest
     assert "use --split lines" in capsys.readouterr().err
 
 
+def test_translate_html_of_10000_nested_elements(model_dir: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Nesting far past Python's recursion limit (1,000) is read, translated and written back."""
+    [t] = Translator.load(model_dir).translate([EN[0]], FAST_OPTIONS)
+    (tmp_path / "deep.html").write_text("<div>" * 10_000 + EN[0] + "</div>" * 10_000 + "\n")
+    args = ["translate", "--model", str(model_dir), *FAST, "--format", "html"]
+    assert main([*args, "--input", str(tmp_path / "deep.html")]) == 0
+    assert capsys.readouterr().out == "<div>" * 10_000 + t + "</div>" * 10_000 + "\n"
+
+
 def test_translate_input_file_nbest(model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "in.txt").write_text(f"{ZH[0]}\n\n{EN[1]}\n", encoding="utf-8")
     args = ["translate", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), *FAST]

@@ -51,7 +51,9 @@ def test_entities_round_trip_and_attributes_stay() -> None:
     page = HtmlDocument(FRAGMENTS[4], "en")
     assert page.sentences == ["A & B <ok>.", "Link text."]
     out = page.join(["C & D <fine>.", "Verweis."])
-    assert out == '<p>C &amp; D &lt;fine&gt;. <a href="/x?a=1&amp;b=2" title="Link.">Verweis.</a></p>'
+    assert (
+        out == '<p>C &amp; D &lt;fine&gt;. <a href="/x?a=1&amp;b=2" title="Link.">Verweis.</a></p>'
+    )
 
 
 def test_a_sentence_that_crosses_inline_tags_is_wrapped_by_them() -> None:
@@ -70,3 +72,45 @@ def test_a_sentence_inside_one_inline_tag_stays_inside_it() -> None:
 def test_the_number_of_translations_must_match() -> None:
     with pytest.raises(ValueError, match="1 translations for 2 sentences"):
         HtmlDocument("<p>One. Two.</p>", "en").join(["Eins."])
+
+
+def test_join_again_gives_what_a_fresh_document_gives() -> None:
+    """A second join (the next best translations) starts from the document as it came, not from
+    the page the first join rewrote."""
+    html = '<p>Click <a href="/go">here</a> to start. Then wait.</p><p>Bye.</p>'
+    page = HtmlDocument(html, "en")
+    assert page.join(["A.", "B.", "C."]) == HtmlDocument(html, "en").join(["A.", "B.", "C."])
+    assert page.join(["D.", "E.", "F."]) == HtmlDocument(html, "en").join(["D.", "E.", "F."])
+    assert page.join(["D.", "E.", "F."]) == '<p><a href="/go">D.</a> E.</p><p>F.</p>'
+
+
+def test_a_cdata_section_stays_as_it_is_untranslated() -> None:
+    """A browser reads CDATA in HTML as a comment: it is kept as it is, as comments are."""
+    page = HtmlDocument("<p>One <![CDATA[3 4]]> two.</p><p><![CDATA[x. y.]]></p>", "en")
+    assert page.sentences == ["One  two."]
+    assert page.join(["Eins zwei."]) == "<p>Eins zwei.<![CDATA[3 4]]></p><p><![CDATA[x. y.]]></p>"
+
+
+@pytest.mark.parametrize(
+    ("opening", "closing", "depth"),
+    [("<div>", "</div>", 10_000), ("<i>", "</i>", 1_400), ('<span class="s">', "</span>", 5_000)],
+)
+def test_deep_nesting_is_translated_without_recursion(
+    opening: str, closing: str, depth: int
+) -> None:
+    """Thousands of nested elements (Python's recursion limit is 1,000): read and written back."""
+    html = opening * depth + "One. Two." + closing * depth
+    page = HtmlDocument(html, "en")
+    assert page.sentences == ["One.", "Two."]
+    assert page.join(["Eins.", "Zwei."]) == opening * depth + "Eins. Zwei." + closing * depth
+
+
+def test_a_sentence_crossing_deeply_nested_inline_tags_is_wrapped_by_them() -> None:
+    """One sentence across 2,000 nested inline elements, a word in each: translated whole, the
+    elements it crossed around it, the first one's where it was."""
+    html = "<p>" + "<b>w " * 2000 + "end." + "</b>" * 2000 + "</p>"
+    page = HtmlDocument(html, "en")
+    assert page.sentences == ["w " * 2000 + "end."]
+    out = page.join(["X."])
+    assert BeautifulSoup(out, "html.parser").get_text() == "X."
+    assert out == "<p>" + "<b>" * 2000 + "X." + "</b>" * 2000 + "</p>"

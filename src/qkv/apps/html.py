@@ -12,7 +12,10 @@ sentences as plain text is (`qkv.apps.documents`). A sentence inside one text no
 there. A sentence that crosses inline tags ("Click <a>here</a> to start.") is translated whole,
 and the inline tags it crossed move to its edges: they wrap the whole translated sentence (qkv
 does not guess where the linked words went). The text of `script`, `style`, `code`, `pre`,
-`textarea`, `kbd`, `samp` and `var` is never translated, and such an element ends a run.
+`textarea`, `kbd`, `samp` and `var` is never translated, and such an element ends a run;
+comments and CDATA sections (a comment to an HTML browser) stay as they are. The tree is walked
+without recursion, so any depth of nesting is translated (BeautifulSoup >= 4.12.1 writes it out
+without recursion too); `join` may be called again (for the next best translations).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bs4 import BeautifulSoup, NavigableString, Tag
-from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
+from bs4.element import CData, Comment, Declaration, Doctype, ProcessingInstruction
 
 from .documents import split_sentences
 
@@ -30,7 +33,7 @@ INLINE = {
     "a", "abbr", "b", "bdi", "bdo", "cite", "data", "dfn", "em", "font", "i", "ins", "del",
     "label", "mark", "q", "s", "small", "span", "strong", "sub", "sup", "time", "u",
 }  # fmt: skip
-NOT_TEXT = (Comment, Declaration, Doctype, ProcessingInstruction)
+NOT_TEXT = (CData, Comment, Declaration, Doctype, ProcessingInstruction)
 
 
 @dataclass
@@ -46,7 +49,9 @@ class HtmlDocument:
     """An HTML document or fragment whose `sentences` are translated by `join`."""
 
     def __init__(self, html: str, lang: str) -> None:
+        self.html, self.lang = html, lang
         self.soup = BeautifulSoup(html, "html.parser")
+        self._joined = False  # join rewrites the soup: a second join starts from a fresh one
         self._sentences: list[_Sentence] = []
         for run in _runs(self.soup):
             self._sentences.extend(_cut(run, lang))
@@ -61,6 +66,9 @@ class HtmlDocument:
             raise ValueError(
                 f"{len(translations)} translations for {len(self._sentences)} sentences"
             )
+        if self._joined:
+            return HtmlDocument(self.html, self.lang).join(translations)
+        self._joined = True
         edits: dict[int, list[tuple[int, int, str | Tag]]] = {}
         nodes: dict[int, NavigableString] = {}
         moved: list[Tag] = []  # the inline elements that sentences crossed
@@ -79,37 +87,63 @@ class HtmlDocument:
                 nodes[id(node)] = node
         for key, node in nodes.items():
             _rewrite(node, sorted(edits[key], key=lambda edit: edit[0]))
-        for tag in moved:  # what a moved sentence left empty goes (its copy holds the sentence)
-            if tag.parent is not None and not tag.get_text() and not tag.find(True):
-                tag.decompose()
+        _remove_emptied(moved)
         return str(self.soup)
 
 
 def _runs(root: Tag) -> list[list[NavigableString]]:
-    """The text nodes of `root`, in runs that end at block boundaries and untouched elements."""
+    """The text nodes of `root`, in runs that end at block boundaries and untouched elements
+    (walked with a stack of the open elements' children, not by recursion)."""
+    inline = _inline_tags(root)
     runs: list[list[NavigableString]] = [[]]
-    for node in root.children:
-        if isinstance(node, NavigableString):
+    open_children = [iter(root.children)]
+    while open_children:
+        node = next(open_children[-1], None)
+        if node is None:  # the end of an element: a block boundary
+            open_children.pop()
+            runs.append([])
+        elif isinstance(node, NavigableString):
             if not isinstance(node, NOT_TEXT):
                 runs[-1].append(node)
         elif isinstance(node, Tag) and node.name in UNTOUCHED:
             runs.append([])
-        elif isinstance(node, Tag) and node.name in INLINE and _is_inline(node):
+        elif isinstance(node, Tag) and id(node) in inline:
             runs[-1].extend(_texts(node))
         elif isinstance(node, Tag):
-            runs.extend(_runs(node))
             runs.append([])
+            open_children.append(iter(node.children))
     return [run for run in runs if "".join(run).strip()]
 
 
-def _is_inline(tag: Tag) -> bool:
-    """Whether a tag holds only text and inline elements (no block, nothing untouched)."""
-    return all(
-        isinstance(child, NavigableString)
-        or (child.name in INLINE and _is_inline(child))
-        or child.name == "br"
-        for child in tag.children
-    )
+def _inline_tags(root: Tag) -> set[int]:
+    """The ids of the inline elements of `root` that hold only text, `br` and such elements
+    (no block, nothing untouched): each element after its descendants, without recursion."""
+    inline: set[int] = set()
+    for tag in reversed([t for t in root.descendants if isinstance(t, Tag)]):
+        if tag.name in INLINE and all(
+            isinstance(child, NavigableString) or child.name == "br" or id(child) in inline
+            for child in tag.children
+        ):
+            inline.add(id(tag))
+    return inline
+
+
+def _remove_emptied(moved: list[Tag]) -> None:
+    """Removes the elements that the sentences they held left empty (each sentence's copy of them
+    holds it now), and those that this leaves empty in turn."""
+    removable = {id(tag) for tag in moved}
+    for tag in moved:
+        while id(tag) in removable and tag.parent is not None and not _holds_any(tag):
+            removable.discard(id(tag))
+            parent = tag.parent
+            tag.decompose()
+            tag = parent
+
+
+def _holds_any(tag: Tag) -> bool:
+    """Whether an element holds an element or text (its children only: no walk to the end of a
+    deep subtree)."""
+    return any(isinstance(child, Tag) or str(child) for child in tag.contents)
 
 
 def _texts(tag: Tag) -> list[NavigableString]:
@@ -148,10 +182,10 @@ def _crossed(sentence: _Sentence) -> list[Tag]:
     around_first = {id(p) for p in first.parents}
     crossed: dict[int, Tag] = {}
     for node, _, _ in sentence.spans[1:]:
-        for parent in node.parents:
-            if id(parent) in around_first:
+        for parent in node.parents:  # up to the first element already met (its own are too)
+            if id(parent) in around_first or id(parent) in crossed:
                 break
-            crossed.setdefault(id(parent), parent)
+            crossed[id(parent)] = parent
     return list(crossed.values())
 
 

@@ -6,7 +6,8 @@
                          (source "auto" picks the one language served into the target; qkv
                          detects no languages, so there is no /detect)
     POST /v1/translate   native: {"text": "Hello" | [...], "beam": 5, "alpha": 0.6, "nbest": 3,
-                         "attention": true, "alignment": true} -> scores, n-best, attention
+                         "attention": true, "alignment": true, "format": "text" | "html"}
+                         -> scores, n-best, attention
     GET  /v1/info        the pairs, the decoding defaults and the limits (the page reads it)
     GET  /health         {"status": "ok", ...}
     GET  /metrics        Prometheus text format

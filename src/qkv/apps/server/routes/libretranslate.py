@@ -19,16 +19,16 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 
-from ...documents import Pieces, split_lines, split_sentences
-from ...html import HtmlDocument
 from ..bodies import body_doc, read_fields, validate
-from ..files import SUFFIXES
+from ..files import SUFFIXES, content_disposition
+from ..sentences import hypothesis, split, translate_pieces
 from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, service
 
 router = APIRouter(tags=["LibreTranslate"])
@@ -86,23 +86,14 @@ async def _translate_texts(
     """Each text (kind "text" or "html") translated sentence by sentence in one job, and its
     `alternatives` next best translations."""
     svc.check_size(items)
-    pieces = [_split(item, kind, svc.split, model.source) for item in items]
-    flat = [sentence for p in pieces for sentence in p.sentences]
-    svc.check_size(flat)
+    pieces = [split(item, kind, svc.split, model.source) for item in items]
     nbest = alternatives + 1
     o = svc.options.replace(nbest=nbest, beam=max(svc.options.beam, nbest))
-    job, work = svc.check_options(model, o, flat)
-    results = iter(await svc.translate(request, job, work))
-    texts, others = [], []
-    for p in pieces:
-        done = [next(results) for _ in p.sentences]
-        texts.append(p.join([r.text for r in done]))
-        others.append(
-            [
-                p.join([r.nbest[k][0] if k < len(r.nbest) else r.text for r in done])
-                for k in range(1, nbest)
-            ]
-        )
+    done = await translate_pieces(request, svc, model, pieces, o)
+    texts = [p.join([r.text for r in d]) for p, d in zip(pieces, done, strict=True)]
+    others = [
+        [hypothesis(p, d, k) for k in range(1, nbest)] for p, d in zip(pieces, done, strict=True)
+    ]
     return texts, others
 
 
@@ -132,8 +123,9 @@ async def translate_file(
     model = svc.resolve(source, target)
     kind = "text" if suffix == ".txt" else "html"
     [translated], _ = await _translate_texts(request, svc, model, [text], kind)
-    stored = svc.files.put(name, translated.encode("utf-8"))
-    return JSONResponse({"translatedFileUrl": f"{request.base_url}download_file/{stored}"})
+    stored = svc.files.put(name, translated.encode("utf-8"), _client(request))
+    url = f"{request.base_url}download_file/{quote(stored, safe='')}"
+    return JSONResponse({"translatedFileUrl": url})
 
 
 @router.get("/download_file/{name}")
@@ -146,15 +138,14 @@ async def download_file(name: str, svc: Annotated[Service, Depends(service)]) ->
     return Response(
         data,
         media_type=SUFFIXES[Path(filename).suffix.lower()],
-        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        headers={"Content-Disposition": content_disposition(filename)},
     )
 
 
-def _split(text: str, kind: str, how: str, lang: str) -> Pieces | HtmlDocument:
-    """The sentences of a text (kind "text") or of an HTML document's text (kind "html")."""
-    if kind == "html":
-        return HtmlDocument(text, lang)
-    return split_sentences(text, lang) if how == "sentences" else split_lines(text)
+def _client(request: Request) -> str:
+    """Whose file it is: the client's address (one API key serves every client, so the key
+    tells none apart; behind a proxy, uvicorn takes the address from X-Forwarded-For)."""
+    return request.client.host if request.client else ""
 
 
 @router.get("/languages")

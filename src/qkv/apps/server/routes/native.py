@@ -1,14 +1,18 @@
 """qkv's own API: /v1/translate (scores, n-best, attention, alignment) and /v1/info.
 
     POST /v1/translate   {"text": "Hello" | [...], "beam": 5, "alpha": 0.6, "nbest": 3,
-                         "attention": true, "alignment": true, "glossary": {"dog": "Hund"}}
+                         "attention": true, "alignment": true, "glossary": {"dog": "Hund"},
+                         "format": "text" | "html"}
                          -> scores, n-best, attention
     GET  /v1/info        the pairs, the decoding defaults and the limits (the page reads it)
 
 Each text is one sentence (`"split": "sentences"`: each text is cut into its sentences, and the
-answer has one translation per sentence); the decoding options a request leaves unset take the
-server's. Glossary terms (the request's, added to the server's `--glossary`) are used where the
-source has them (`apps.glossary`): the translation contains the target term.
+answer has one translation per sentence); with `"format": "html"` each text is an HTML document,
+whose text is translated sentence by sentence and markup kept (`qkv.apps.html`, as /translate
+does): its answer is the document, with the sum of its sentences' scores, and as n-best the
+documents of each sentence's next best translations. The decoding options a request leaves unset
+take the server's. Glossary terms (the request's, added to the server's `--glossary`) are used
+where the source has them (`apps.glossary`): the translation contains the target term.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ....decode.options import DecodeOptions
 from ...documents import split_sentences
 from ...glossary import Glossary
 from ...translator import Translation
 from ..bodies import body_doc, read_fields, validate
+from ..sentences import hypothesis, hypothesis_score, split, translate_pieces
 from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, service
 
 router = APIRouter(tags=["qkv"])
@@ -45,6 +51,9 @@ class NativeRequest(BaseModel):
     alignment: bool = Field(False, description="return the hard word alignment")
     split: Literal["none", "sentences"] = Field(
         "none", description='"sentences": cut each text into its sentences, translated each'
+    )
+    format: Literal["text", "html"] = Field(
+        "text", description='"html": each text an HTML document, its markup kept'
     )
     glossary: dict[str, str] | None = Field(
         None, description="source term -> target term: used where the source has the term"
@@ -90,9 +99,30 @@ async def native(request: Request, svc: Annotated[Service, Depends(service)]) ->
     model = svc.resolve(req.source, req.target)
     texts = [req.text] if isinstance(req.text, str) else req.text
     svc.check_size(texts)
-    if req.split == "sentences":
-        texts = [s for text in texts for s in split_sentences(text, model.source).sentences]
-        svc.check_size(texts)
+    o, terms = _options(svc, req)
+    if req.format == "html":
+        translations = await _documents(request, svc, model, texts, o, terms)
+    else:
+        if req.split == "sentences":
+            texts = [s for text in texts for s in split_sentences(text, model.source).sentences]
+            svc.check_size(texts)
+        job, work = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
+        results = await svc.translate(request, job, work)
+        translations = [_native(r, req.attention, req.alignment) for r in results]
+    return JSONResponse(
+        {"source": model.source, "target": model.target, "translations": translations}
+    )
+
+
+def _options(svc: Service, req: NativeRequest) -> tuple[DecodeOptions, Glossary | None]:
+    """The request's decoding options (the server's where unset) and glossary; 400 naming the
+    option in error, or what `format: html` cannot take."""
+    if req.format == "html" and (req.attention or req.alignment or req.split != "none"):
+        raise HTTPError(
+            400,
+            "format html: each document is cut into its sentences and answered whole, so "
+            "attention, alignment and split are not taken with it",
+        )
     changes = {
         name: getattr(req, name)
         for name in ("beam", "alpha", "max_len_a", "max_len_b", "min_len")
@@ -100,21 +130,32 @@ async def native(request: Request, svc: Annotated[Service, Depends(service)]) ->
     }
     try:
         o = svc.options.replace(nbest=req.nbest, **changes)
-    except ValueError as e:
-        raise HTTPError(400, str(e)) from None
-    try:
         terms = None if req.glossary is None else Glossary.from_pairs(req.glossary.items())
     except ValueError as e:
         raise HTTPError(400, str(e)) from None
-    job, work = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
-    results = await svc.translate(request, job, work)
-    return JSONResponse(
-        {
-            "source": model.source,
-            "target": model.target,
-            "translations": [_native(r, req.attention, req.alignment) for r in results],
-        }
-    )
+    return o, terms
+
+
+async def _documents(
+    request: Request,
+    svc: Service,
+    model: ServedModel,
+    texts: list[str],
+    o: DecodeOptions,
+    terms: Glossary | None,
+) -> list[dict[str, Any]]:
+    """Each text as an HTML document translated with its markup kept: the document, its score
+    (the sum of its sentences') and its n best (each sentence's k-th best)."""
+    pages = [split(text, "html", svc.split, model.source) for text in texts]
+    done = await translate_pieces(request, svc, model, pages, o, glossary=terms)
+    answers = []
+    for page, sentences in zip(pages, done, strict=True):
+        nbest = [
+            {"text": hypothesis(page, sentences, k), "score": hypothesis_score(sentences, k)}
+            for k in range(o.nbest)
+        ]
+        answers.append({**nbest[0], "nbest": nbest})
+    return answers
 
 
 @router.get("/v1/info")

@@ -1,0 +1,63 @@
+"""A request's texts or HTML documents cut into sentences, translated in one job and put back
+together: what /translate, /translate_file and /v1/translate (`"format": "html"`) share.
+
+    pieces = [split(text, "html", svc.split, model.source) for text in texts]
+    done = await translate_pieces(request, svc, model, pieces, options)  # per text, per sentence
+    pieces[0].join([r.text for r in done[0]])                           # the best translation
+    hypothesis(pieces[0], done[0], 1)                                     # the next best one
+
+A text is cut as `qkv.apps.documents` cuts it (the sentences of each line, or each line whole);
+an HTML document as `qkv.apps.html` does (its text in sentences, its markup kept).
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from ...decode.options import DecodeOptions
+from ..documents import Pieces, split_lines, split_sentences
+from ..glossary import Glossary
+from ..html import HtmlDocument
+from ..translator import Translation
+from .service import ServedModel, Service
+
+
+def split(text: str, kind: str, how: str, lang: str) -> Pieces | HtmlDocument:
+    """The sentences of a text (kind "text": cut `how`, "sentences" or "lines") or of an HTML
+    document's text (kind "html")."""
+    if kind == "html":
+        return HtmlDocument(text, lang)
+    return split_sentences(text, lang) if how == "sentences" else split_lines(text)
+
+
+async def translate_pieces(
+    request: Request,
+    svc: Service,
+    model: ServedModel,
+    pieces: list[Pieces | HtmlDocument],
+    options: DecodeOptions,
+    attention: bool = False,
+    alignment: bool = False,
+    glossary: Glossary | None = None,
+) -> list[list[Translation]]:
+    """The translations of each piece's sentences, decoded in one job after the service's checks
+    (sentences, characters, decoding work)."""
+    flat = [sentence for p in pieces for sentence in p.sentences]
+    svc.check_size(flat)
+    job, work = svc.check_options(model, options, flat, attention, alignment, glossary)
+    results = iter(await svc.translate(request, job, work))
+    return [[next(results) for _ in p.sentences] for p in pieces]
+
+
+def hypothesis(piece: Pieces | HtmlDocument, done: list[Translation], k: int) -> str:
+    """The piece with each sentence's k-th best translation (its best where it has fewer)."""
+    return piece.join([r.nbest[k][0] if k < len(r.nbest) else r.text for r in done])
+
+
+def hypothesis_score(done: list[Translation], k: int) -> float:
+    """The sum of the scores of each sentence's k-th best translation (its best where it has
+    fewer): the score of a text or document, whose sentences are decoded independently."""
+    return sum(r.nbest[k][1] if k < len(r.nbest) else r.score for r in done)
+
+
+__all__ = ["hypothesis", "hypothesis_score", "split", "translate_pieces"]
