@@ -1,5 +1,6 @@
-"""Consistency checks: the Chinese concepts page carries the English page's numbers.
+"""Consistency checks: docs against their own sources, without recomputing anything.
 
+docs/benchmarks.md's training-memory notes against the RSS samples they read (the CSVs count MiB).
 docs/zh/concepts.md translates docs/concepts.md. These tests do not recompute anything; they check
 that the two pages state the same things: the same tables row by row (the variant tables cell for
 cell), the same mistakes with the same tests, and the same numbers in every reading and caption.
@@ -9,6 +10,7 @@ numbers.
 
 from __future__ import annotations
 
+import csv
 import re
 from collections import Counter
 from pathlib import Path
@@ -99,3 +101,16 @@ def test_consistency_checks_see_a_changed_number_a_dropped_row_and_a_dropped_cav
     assert table_drift(en, zh.replace(row + "\n", "")) != []
     reading = paragraphs(zh, ("解读：",))[-1]  # the classifier's, its tokenizer caveat cut off
     assert text_drift(en, zh.replace(reading, reading[: reading.index("这也是")])) != []
+
+
+def test_consistency_training_memory_notes_read_the_csvs_in_mib() -> None:
+    """Each peak the notes give, "N MiB (X GiB)", is the CSV's largest sample, X = N / 1024."""
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").replace("**", "")
+    text = " ".join(page.split())
+    results = ROOT / "docs" / "results"
+    for name in ("tcmalloc-resumed", "bf16-1000-updates", "epyc-bf16-1000-updates"):
+        with open(results / f"train-memory-{name}.csv", encoding="utf-8") as f:
+            peak = max(float(row["rss_mib"]) for row in csv.DictReader(f))
+        assert f"{peak:,.0f} MiB ({peak / 1024:.2f} GiB)" in text, name
+    for mib, gib in re.findall(r"([\d,]+) MiB \(([\d.]+) GiB\)", text):
+        assert f"{float(mib.replace(',', '')) / 1024:.2f}" == gib, (mib, gib)
