@@ -2,7 +2,9 @@
 heads, heads that look at </s>, and cross-attention heads that align words.
 
     python benchmarks/heads.py --model runs/quality/multi30k-en-de-small-avg \
-        --data-dir ../shared/data --figure docs/figures/multi30k-heads.png
+        --data-dir ../shared/data --figure docs/figures/multi30k_heads.png
+    python benchmarks/heads.py --from-json docs/figures/multi30k_heads.json \
+        --figure docs/figures/multi30k_heads.png            # redraw from the saved numbers
 
 The model reads the first --n test_2016_flickr sentence pairs (en→de), the reference teacher-forced
 (`decode.search.attention_weights`), so every map is over real source and reference tokens. For
@@ -18,12 +20,15 @@ every layer and head, averaged over the queries of all sentences:
   coefficient with the target word over the training pairs, at least 0.3 (benchmarks/glossary.py's
   `best_targets`), an alignment that does not come from the model.
 
-Prints a markdown table per attention kind and draws one heatmap each (layers × heads).
+Prints a markdown table per attention kind and draws one heatmap each (layers × heads); beside the
+PNG, a .json of what it plots, rounded as its cells print it, from which `summary` computes the
+numbers the figure's caption in docs/concepts.md reads (tests/test_figure_captions.py checks them).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -184,20 +189,73 @@ def positional(stats: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return shares.max(axis=0), offsets[shares.argmax(axis=0)]
 
 
-def draw(stats: dict[str, dict[str, np.ndarray]], title: str) -> Figure:
-    """Three heatmaps (layers × heads): the positional share of the encoder's and the decoder's
-    self-attention heads, with their offset, and the alignment agreement of the cross heads; each
-    cell also gives the head's entropy."""
+POSITIONAL = 0.35  # a self-attention head with this share or more at one offset is positional
+
+
+def figure_data(stats: dict[str, dict[str, np.ndarray]], title: str) -> dict:
+    """What the figure plots, rounded as its cells print it: per kind, (layers, heads) grids of the
+    largest offset share and its offset (self-attention) or the alignment (cross), and entropy."""
+    data: dict = {"title": title}
+    for kind in KINDS:
+        if kind in OFFSETS:
+            share, offset = positional(stats[kind])
+            data[kind] = {"share": share, "offset": offset}
+        else:
+            data[kind] = {"alignment": stats[kind]["alignment"]}
+        data[kind]["entropy"] = stats[kind]["entropy"]
+        data[kind] = {k: np.round(v, 2).tolist() for k, v in data[kind].items()}
+    return data
+
+
+def span(values: list[float]) -> tuple[float, float]:
+    return min(values), max(values)
+
+
+def summary(data: dict) -> dict[str, object]:
+    """The numbers the figure's caption reads, from `figure_data`'s dict, as the figure prints
+    them: encoder heads as (layer, head) from 1 -> (share, offset[, entropy]); positional heads
+    (share >= POSITIONAL) and the others, split into the sharp ones (entropy no higher than a
+    positional head's) and the spread ones; the two best aligning cross heads; layer 1's cross
+    heads; the decoder's largest share at each offset."""
+    enc, dec, cross = ({k: np.array(v) for k, v in data[kind].items()} for kind in KINDS)
+    heads = {
+        (i + 1, j + 1): (float(enc["share"][i, j]), int(enc["offset"][i, j]), float(e))
+        for (i, j), e in np.ndenumerate(enc["entropy"])
+    }
+    positional = {c: v for c, v in heads.items() if v[0] >= POSITIONAL}
+    sharpest = max(v[2] for v in positional.values())
+    others = {c: v for c, v in heads.items() if c not in positional}
+    alignment = {(i + 1, j + 1): float(a) for (i, j), a in np.ndenumerate(cross["alignment"])}
+    best = sorted(alignment, key=lambda c: -alignment[c])[:2]
+    return {
+        "positional": {c: v[:2] for c, v in positional.items()},
+        "positional_entropy": span([v[2] for v in positional.values()]),
+        "sharp_others": {c: v for c, v in others.items() if v[2] <= sharpest},
+        "spread_entropy": span([v[2] for v in others.values() if v[2] > sharpest]),
+        "best_alignment": {c: alignment[c] for c in best},
+        "layer_1_alignment": span([a for (layer, _), a in alignment.items() if layer == 1]),
+        "decoder_max": {
+            d: float(np.where(dec["offset"] == d, dec["share"], -1.0).max()) for d in (-1, 0)
+        },
+    }
+
+
+def draw(data: dict) -> Figure:
+    """Three heatmaps (layers × heads) of `figure_data`'s dict: the positional share of the
+    encoder's and the decoder's self-attention heads, with their offset, and the alignment
+    agreement of the cross heads; each cell also gives the head's entropy."""
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     axes = fig.subplots(1, 3)
     panels = [
-        ("encoder self-attention:\nshare at one offset (δ)", *positional(stats["encoder"])),
-        ("decoder self-attention:\nshare at one offset (δ)", *positional(stats["decoder"])),
-        ("cross-attention:\nagreement with word alignment", stats["cross"]["alignment"], None),
+        ("encoder self-attention:\nshare at one offset (δ)", "share", "offset"),
+        ("decoder self-attention:\nshare at one offset (δ)", "share", "offset"),
+        ("cross-attention:\nagreement with word alignment", "alignment", None),
     ]
-    for ax, (name, values, offsets), kind in zip(axes, panels, KINDS, strict=True):
+    for ax, (name, value_key, offset_key), kind in zip(axes, panels, KINDS, strict=True):
+        values = np.array(data[kind][value_key])
+        offsets = None if offset_key is None else np.array(data[kind][offset_key])
         image = ax.imshow(values, vmin=0, vmax=1, cmap="Blues")
-        ent = stats[kind]["entropy"]
+        ent = np.array(data[kind]["entropy"])
         for (layer, h), v in np.ndenumerate(values):
             label = f"{v:.2f}" + ("" if offsets is None else f" δ{offsets[layer, h]:+d}")
             color = "white" if v > 0.6 else "black"
@@ -216,17 +274,37 @@ def draw(stats: dict[str, dict[str, np.ndarray]], title: str) -> Figure:
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
     fig.colorbar(image, ax=list(axes), shrink=0.8, label="share / agreement (0–1)")
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(data["title"], fontsize=9)
     return fig
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", help="the model directory to measure")
     p.add_argument("--data-dir", default="../shared/data")
     p.add_argument("--n", type=int, default=500, help="test sentences read (default: 500)")
-    p.add_argument("--figure", help="write the heatmaps here (PNG)")
+    p.add_argument(
+        "--figure",
+        help="write the heatmaps here (PNG) and what they plot beside it (the same name, .json)",
+    )
+    p.add_argument("--from-json", help="redraw --figure from a saved .json instead of measuring")
     args = p.parse_args()
+    if args.from_json:
+        data = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+    elif args.model:
+        data = measure_and_print(args)
+    else:
+        p.error("give --model (to measure) or --from-json (to redraw)")
+    print(f"\nthe caption's numbers: {summary(data)}")
+    if args.figure:
+        draw(data).savefig(args.figure, dpi=110)
+        if not args.from_json:
+            Path(args.figure).with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    return 0
+
+
+def measure_and_print(args: argparse.Namespace) -> dict:
+    """Measure the model's heads, print the table, return `figure_data`."""
     torch.set_num_threads(1)
     data = Path(args.data_dir)
     best, _ = best_targets(read(data, "train", "en"), read(data, "train", "de"))
@@ -237,10 +315,8 @@ def main() -> int:
     print(table(stats))
     diagonal = np.nanmean(stats["cross"]["diagonal"])
     print(f"\nalignment of the diagonal guess (source word k * S / T): {diagonal:.2f}")
-    if args.figure:
-        title = f"{Path(args.model).name}: {args.n} test_2016 pairs (en→de), reference forced"
-        draw(stats, title).savefig(args.figure, dpi=110)
-    return 0
+    title = f"{Path(args.model).name}: {args.n} test_2016 pairs (en→de), reference forced"
+    return figure_data(stats, title)
 
 
 if __name__ == "__main__":

@@ -49,8 +49,7 @@ def test_dice_links_terms_and_term_use(scripts: tuple) -> None:
     tgt = ["ein Hund läuft", "ein Hund schläft", "eine Katze schläft", "die Katze läuft"]
     best, df = glossary.best_targets(src, tgt)
     assert best["dog"] == ("Hund", 1.0) and best["cat"] == ("Katze", 1.0) and df["a"] == 3
-    assert heads.links("A dog sleeps", ["Ein", "Hund", "schläft"], best) == {
-        1: "dog", 2: "sleeps"}
+    assert heads.links("A dog sleeps", ["Ein", "Hund", "schläft"], best) == {1: "dog", 2: "sleeps"}
     g = glossary.extract((src, tgt), (["the dog"], ["der Hund"]), dice=0.5, rare=2)
     assert g.terms == {"dog": "Hund"}  # "the" is rare but its best partner is not in the reference
     assert glossary.used("Hund", "Der Hund.") and not glossary.used("Hund", "Die Hunde.")
@@ -58,3 +57,32 @@ def test_dice_links_terms_and_term_use(scripts: tuple) -> None:
     outputs = ["der Hund läuft über die Wiese", "eine Katze liegt auf einem Dach"]
     scores = glossary.scores(outputs, refs, [["Hund"], ["Kater"]])
     assert scores["term_use"] == 50.0 and scores["bleu_with_terms"] < 100.0
+
+
+def test_figure_data_and_summary_read_the_largest_offset_and_the_positional_heads(
+    scripts: tuple,
+) -> None:
+    heads, _ = scripts
+    one = np.ones((1, 2))
+    stats = {
+        "encoder": {
+            "offset-1": np.array([[0.5, 0.1]]),
+            "offset+0": np.array([[0.2, 0.3]]),
+            "offset+1": np.array([[0.1, 0.2]]),
+            "entropy": np.array([[0.814, 2.0]]),
+        },
+        "decoder": {
+            "offset-1": np.array([[0.4, 0.1]]),
+            "offset+0": np.array([[0.3, 0.6]]),
+            "entropy": one,
+        },
+        "cross": {"alignment": np.array([[0.7, 0.9]]), "entropy": one},
+    }
+    data = heads.figure_data(stats, "t")
+    assert data["encoder"] == {"share": [[0.5, 0.3]], "offset": [[-1, 0]], "entropy": [[0.81, 2.0]]}
+    assert data["decoder"]["offset"] == [[-1, 0]] and data["cross"]["alignment"] == [[0.7, 0.9]]
+    s = heads.summary(data)
+    assert s["positional"] == {(1, 1): (0.5, -1)}  # 0.3 < POSITIONAL: not positional
+    assert s["sharp_others"] == {} and s["spread_entropy"] == (2.0, 2.0)
+    assert list(s["best_alignment"]) == [(1, 2), (1, 1)]
+    assert s["decoder_max"] == {-1: 0.4, 0: 0.6}

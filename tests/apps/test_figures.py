@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from PIL import Image
 
 from qkv.apps.cli import main
 from qkv.apps.figures import ALL_FIGURES, make_figures
-from qkv.apps.figures.attention import draw_norms
+from qkv.apps.figures.attention import NORMS, draw_norms
 from qkv.apps.figures.cost import crossover_length, layer_flops
 from qkv.apps.figures.positions import (
     draw_rope_score,
@@ -104,7 +105,9 @@ def test_sinusoid_dot_has_shoulders_before_it_first_rises_at_44() -> None:
     step = offset_steps(f)
     assert rises(f)[:4] == [44, 50, 56, 62]
     assert [int(k) + 1 for k in np.flatnonzero(np.diff(oracle) > 0)[:4]] == [44, 50, 56, 62]
-    assert abs(float(step[43]) - (oracle[44] - oracle[43])) < 1e-3 and 0.005 < float(step[43]) < 0.02
+    assert (
+        abs(float(step[43]) - (oracle[44] - oracle[43])) < 1e-3 and 0.005 < float(step[43]) < 0.02
+    )
     assert bool((step[:43] < 0).all())
     shoulders = [7, 13, 19, 25, 31, 38]  # local peaks of the step, all below 0
     assert all(
@@ -127,8 +130,26 @@ def test_rope_colours_are_centred_at_zero() -> None:
 
 def test_norms_panels_are_labelled_with_integer_features() -> None:
     fig, _ = draw_norms(small=True)
-    assert all(ax.get_ylabel() for ax in fig.axes[:3])
+    assert all(ax.get_ylabel() for ax in fig.axes[:4])
     assert all(float(x).is_integer() for x in fig.axes[0].get_xticks())
+
+
+def test_norms_figure_draws_the_four_norms_its_caption_reads() -> None:
+    """norms.png is cited for InstanceNorm and RMSNorm too: both are drawn, and the caption's
+    numbers are the figure's (consistency with docs/concepts.md)."""
+    fig, summary = draw_norms(small=True)
+    for ax in fig.axes[2:4]:
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == list(NORMS)
+    found = re.findall(r"(\w+): batch ([\d.]+), last token ([\d.]+)", summary)
+    changes = {name: (batch, last) for name, batch, last in found}
+    page = " ".join((ROOT / "docs" / "concepts.md").read_text(encoding="utf-8").split())
+    caption = page[page.index("**BatchNorm, InstanceNorm, LayerNorm, RMSNorm**") :]
+    for name, phrase in (("BatchNorm", "moves by up to {}"), ("InstanceNorm", "by up to {}")):
+        assert phrase.format(changes[name][0]) in caption, name
+    assert f"(up to {changes['InstanceNorm'][1]})" in caption
+    assert changes["BatchNorm"][1] == changes["InstanceNorm"][1]  # one sentence: the same axis
+    for name in ("LayerNorm", "RMSNorm"):
+        assert changes[name] == ("0.00", "0.00")
 
 
 def test_t5_buckets_are_exact_to_8_bidirectional_and_16_causal() -> None:

@@ -2,7 +2,8 @@
 
 Each test runs the wrong version next to the right one, with qkv's modules or PyTorch's own ops as
 the oracle, and asserts the difference that settles the claim. Where a claim is about a measured
-result, the test reads the number from qkv's own table in docs/concepts.md.
+result, a consistency check (test_consistency_...) reads the number from qkv's own table in
+docs/concepts.md: it checks the page says what the claim needs, and does not rerun the benchmark.
 """
 
 from __future__ import annotations
@@ -184,9 +185,17 @@ def test_the_fourth_positional_argument_of_nn_multihead_attention_is_key_padding
 # --- normalisation -----------------------------------------------------------------------------
 
 
-def hand_batchnorm_wrong(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    mean, var = x.mean(dim=1), x.var(dim=1, unbiased=False)  # (N,): per row, broadcast as columns
-    return (x - mean) / torch.sqrt(var + eps)
+def hand_batchnorm_square_only(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """Seed 000's hand BatchNorm, in loops: each column's mean is right, but the variance is
+    divided by a row's length and the rows are counted by the number of columns, so it is
+    right only for square matrices."""
+    out = torch.zeros_like(x)
+    for col in range(x.shape[1]):
+        mean = x[:, col].sum() / len(x[:, col])  # per column: right
+        var = ((x[:, col] - mean) ** 2).sum() / len(x[0])  # divides by D, not by N
+        for row in range(x.shape[1]):  # counts D rows, not N
+            out[row, col] = (x[row, col] - mean) / math.sqrt(var + eps)
+    return out
 
 
 def hand_batchnorm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -194,15 +203,22 @@ def hand_batchnorm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     return (x - mean) / torch.sqrt(var + eps)
 
 
-def test_a_hand_batchnorm_normalises_each_feature_over_the_batch() -> None:
-    bn = nn.BatchNorm1d(6, affine=False).double().train()
-    x = torch.randn(4, 6, dtype=torch.float64)
-    torch.testing.assert_close(hand_batchnorm(x), bn(x))
-    with pytest.raises(RuntimeError):
-        hand_batchnorm_wrong(x)  # (4, 6) - (4,): runs only on square matrices
-    square = torch.randn(4, 4, dtype=torch.float64)
-    bn4 = nn.BatchNorm1d(4, affine=False).double().train()
-    assert (hand_batchnorm_wrong(square) - bn4(square)).abs().max() > 0.1  # and is wrong there
+def test_a_hand_batchnorm_indexed_by_the_column_count_is_right_only_for_square_input() -> None:
+    """Seed 000 normalises each column (each feature over the batch), as BatchNorm does; its
+    loops use the number of columns where they mean the number of rows."""
+    square = torch.tensor(  # seed 000's 3 x 3 similarity matrix
+        [[3.2897, 0.7432, -1.1652], [0.7432, 1.3647, -1.1707], [-1.1652, -1.1707, 5.6380]],
+        dtype=torch.float64,
+    )
+    torch.testing.assert_close(hand_batchnorm_square_only(square), hand_batchnorm(square))
+    bn = nn.BatchNorm1d(3, affine=False).double().train()
+    torch.testing.assert_close(hand_batchnorm(square), bn(square))  # per column = BatchNorm1d
+    tall = torch.randn(5, 3, dtype=torch.float64)  # a batch of 5, 3 features
+    wrong = hand_batchnorm_square_only(tall)
+    assert torch.count_nonzero(wrong[3:]) == 0  # rows 4 and 5 are never written
+    assert (wrong[:3] - bn(tall)[:3]).abs().max() > 0.1  # and the variance is divided by 3, not 5
+    with pytest.raises(IndexError):
+        hand_batchnorm_square_only(torch.randn(2, 3, dtype=torch.float64))  # row 3 of 2
 
 
 def test_layernorm_normalises_each_tokens_features_not_the_score_matrix() -> None:
@@ -248,12 +264,24 @@ def test_gamma_scales_and_beta_shifts() -> None:
 # --- positions ---------------------------------------------------------------------------------
 
 
-def test_rope_runs_past_the_training_length_but_does_not_extrapolate_in_qkvs_table() -> None:
-    """Not "RoPE handles ultra-long text": it runs at any length (learned positions refuse), but
-    qkv's extrapolation table shows no scheme, RoPE included, gets a longer number right."""
-    cfg = TransformerConfig.preset("tiny", src_vocab_size=20, positional="rope", max_positions=8)
-    with torch.no_grad():
-        assert DecoderOnly(cfg)(torch.randint(4, 20, (1, 12))).shape[1] == 12  # past max_positions
+def test_rope_runs_past_the_training_length_where_learned_positions_refuse() -> None:
+    """RoPE runs at any length; learned positions refuse past their table."""
+    for positional, runs in (("rope", True), ("learned", False)):
+        cfg = TransformerConfig.preset(
+            "tiny", src_vocab_size=20, positional=positional, max_positions=8
+        )
+        ids = torch.randint(4, 20, (1, 12))  # past max_positions
+        with torch.no_grad():
+            if runs:
+                assert DecoderOnly(cfg)(ids).shape[1] == 12
+            else:
+                with pytest.raises(ValueError, match="max_positions"):
+                    DecoderOnly(cfg)(ids)
+
+
+def test_consistency_extrapolation_table_has_rope_at_0_percent_past_the_training_length() -> None:
+    """Not "RoPE handles ultra-long text": qkv's extrapolation table (read, not rerun) shows no
+    scheme, RoPE included, gets a longer number right."""
     rope = {n: float(measured("extrapolation", "rope")[f"exact_{n}_digits"]) for n in (6, 7, 8, 9)}
     assert rope[6] >= 99 and rope[7] == rope[8] == rope[9] == 0.0  # learned, not extrapolated
     chars = [float(measured("extrapolation", "rope")[f"chars_{n}_digits"]) for n in (7, 8, 9)]
@@ -284,23 +312,60 @@ def test_rope_row_vector_and_column_vector_forms_are_transposes() -> None:
     assert (mixed - qkv).abs().max() > 0.1
 
 
+def rope_rotation(position: int, d: int = 8) -> torch.Tensor:
+    """Seed 000's R_k, the transpose of [[cos, sin], [-sin, cos]] per pair: qkv's R_p x."""
+    cos, sin = RotaryEmbedding(d)(1, offset=position, dtype=torch.float64)
+    return apply_rotary(torch.eye(d, dtype=torch.float64), cos, sin).T
+
+
+def test_rope_score_of_row_vectors_keeps_the_transpose_of_b_and_is_r_m_minus_n() -> None:
+    """Seed 000: A R_m (B R_n)^T = A R_m R_n^T B = A R_{n-m} B. The transpose of B is dropped
+    (two row vectors do not multiply), and in this row convention the offset is m - n."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(1, 8, generator=g, dtype=torch.float64) for _ in range(2))  # rows
+    r = rope_rotation
+    for k1, k2 in ((3, 10), (7, 2)):  # the tutorial's own identities hold
+        torch.testing.assert_close(r(k2 - k1), r(k1).T @ r(k2))
+        torch.testing.assert_close(r(k1), r(-k1).T)
+    for m, n in ((7, 3), (2, 11)):
+        score = (a @ r(m)) @ (b @ r(n)).T  # A R_m (B R_n)^T, (1, 1)
+        torch.testing.assert_close(score, a @ r(m) @ r(n).T @ b.T)  # (B R_n)^T = R_n^T B^T
+        torch.testing.assert_close(score, a @ r(m - n) @ b.T)  # R_m R_n^T = R_{m-n}
+        with pytest.raises(RuntimeError):
+            a @ r(n - m) @ b  # A R_{n-m} B as written: (1, 8) @ (1, 8)
+        assert (score - a @ r(n - m) @ b.T).abs().item() > 1e-3  # and R_{n-m}: another score
+        shifted = (a @ r(m + 5)) @ (b @ r(n + 5)).T  # a function of m - n only
+        torch.testing.assert_close(shifted, score)
+    # in column form, qkv's apply_rotary: (R_m q)^T (R_n k) = q^T R_{n-m} k
+    q, k = a[0], b[0]
+    assert ((r(7) @ q) @ (r(3) @ k)).item() == pytest.approx((q @ r(3 - 7) @ k).item())
+
+
 # --- embeddings --------------------------------------------------------------------------------
 
 
-def test_the_embedding_is_scaled_by_sqrt_d_model_before_the_positions_are_added() -> None:
+def test_sqrt_d_model_matches_words_to_positions_only_with_a_one_over_d_initialisation() -> None:
+    """x sqrt(d_model) is needed with qkv's N(0, 1/d) embeddings; with nn.Embedding's N(0, 1)
+    (seed 001 keeps it, unscaled) the words already match the positions, and scaling them would
+    drown the positions."""
     d = 512
     torch.manual_seed(0)
-    embedding = TokenEmbedding(1000, d, padding_idx=0)
+    embedding = TokenEmbedding(1000, d, padding_idx=0)  # N(0, 1/d), then x sqrt(d)
+    default = nn.Embedding(1000, d)  # N(0, 1)
     ids = torch.randint(1, 1000, (1, 64))
-    with torch.no_grad():
-        scaled = embedding(ids)
-        plain = embedding.lookup(ids)  # without the * sqrt(d)
-    torch.testing.assert_close(scaled, plain * math.sqrt(d))
     pe = SinusoidalPositionalEncoding(d)(torch.zeros(1, 64, d))  # |PE(p)| = sqrt(d / 2) = 16
-    ratio_plain = (pe.norm(dim=-1) / plain.norm(dim=-1)).mean().item()
-    ratio_scaled = (pe.norm(dim=-1) / scaled.norm(dim=-1)).mean().item()
-    assert 12 < ratio_plain < 20  # about 16: positions drown the words
-    assert 0.5 < ratio_scaled < 1  # comparable: qkv's embedding has the scale of the positions
+
+    def positions_over_words(words: torch.Tensor) -> float:
+        return (pe.norm(dim=-1) / words.norm(dim=-1)).mean().item()
+
+    with torch.no_grad():
+        scaled, plain = embedding(ids), embedding.lookup(ids)
+        torch.testing.assert_close(scaled, plain * math.sqrt(d))
+        unit, unit_scaled = default(ids), default(ids) * math.sqrt(d)
+    assert 12 < positions_over_words(plain) < 20  # N(0, 1/d) unscaled: positions 16x the words
+    assert 0.5 < positions_over_words(scaled) < 1  # scaled: comparable
+    assert 0.6 < positions_over_words(unit) < 0.8  # N(0, 1) unscaled: 16 against ~22.6
+    assert positions_over_words(unit_scaled) < 0.04  # N(0, 1) scaled: words 32x the positions
 
 
 def test_pad_embeddings_are_zero_only_before_the_positions_are_added() -> None:
@@ -435,9 +500,9 @@ def test_cross_attention_queries_come_from_the_decoder_keys_and_values_from_the_
 # --- qkv's measurements against the tutorials' claims ------------------------------------------
 
 
-def test_unscaled_dot_product_converges_in_qkvs_scores_table() -> None:
-    """Not "scaling is needed to converge": unscaled scores learn the synthetic task; on Multi30k
-    they train slower."""
+def test_consistency_scores_table_has_the_unscaled_dot_product_converging() -> None:
+    """Not "scaling is needed to converge": in qkv's scores table (read, not rerun) unscaled
+    scores learn the synthetic task (d_k 16); on Multi30k (d_k 32) they train slower."""
     dot = measured("scores", "dot", "synthetic")
     assert dot["exact_match"] == "100.0" and dot["exact_match_per_seed"] == "100 / 99.5 / 100"
     assert float(dot["valid_loss"]) <= float(
@@ -446,7 +511,10 @@ def test_unscaled_dot_product_converges_in_qkvs_scores_table() -> None:
     assert float(measured("scores", "dot", "multi30k")["valid_loss"]) > float(
         measured("scores", "scaled_dot", "multi30k")["valid_loss"]
     )
-    # at the tiny preset's d_k (16) unscaled scores are peaked but not one-hot: gradients flow
+
+
+def test_unscaled_scores_at_d_k_16_are_peaked_but_not_one_hot() -> None:
+    """At the tiny preset's d_k (16) unscaled softmaxes still pass gradients: not one-hot."""
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 1, 500, 16, generator=g, dtype=torch.float64)
     k = torch.randn(1, 1, 32, 16, generator=g, dtype=torch.float64)
@@ -454,9 +522,15 @@ def test_unscaled_dot_product_converges_in_qkvs_scores_table() -> None:
     assert weights.amax(-1).mean() < 0.8
 
 
-def test_the_paper_has_no_norm_ablation_qkvs_norm_table_is_its_own() -> None:
-    """The paper uses LayerNorm without comparing it; qkv's norms table does compare."""
-    assert TransformerConfig.preset("base").norm == "layernorm"
+def test_the_paper_has_no_norm_ablation_qkvs_default_is_its_layernorm() -> None:
+    """The paper uses LayerNorm (post-norm) without comparing it; qkv's base preset follows it."""
+    base = TransformerConfig.preset("base")
+    assert base.norm == "layernorm" and base.norm_first is False
+
+
+def test_consistency_norms_table_compares_what_the_paper_does_not() -> None:
+    """qkv's norms table (read, not rerun) compares LayerNorm, RMSNorm and BatchNorm over seeds."""
+
     def seeds(variant: str) -> list[float]:
         return [float(x) for x in measured("norms", variant)["exact_match_per_seed"].split(" / ")]
 

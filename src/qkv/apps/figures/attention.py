@@ -136,14 +136,22 @@ def draw_temperature(small: bool) -> tuple[Figure, str]:
 # --- normalisation ----------------------------------------------------------------------------
 
 
-def norm_outputs(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """LayerNorm (qkv's make_norm) and BatchNorm (batch statistics over every row, pads included,
-    as a tutorial applies nn.BatchNorm1d to (B*T, D)) of a padded batch x (B, T, D)."""
+NORMS = ("BatchNorm", "InstanceNorm", "LayerNorm", "RMSNorm")
+
+
+def norm_outputs(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each of NORMS on a padded batch x (B, T, D), pads included in every statistic: BatchNorm
+    over all B*T rows per feature (as a tutorial applies nn.BatchNorm1d to (B*T, D)),
+    InstanceNorm over one sentence's T positions per feature, LayerNorm and RMSNorm (qkv's
+    make_norm) over one token's D features."""
     B, T, D = x.shape
-    layer_norm = make_norm("layernorm", D, 1e-5)
-    batch_norm = nn.BatchNorm1d(D, affine=False).train()
     with torch.no_grad():
-        return layer_norm(x), batch_norm(x.reshape(B * T, D)).view(B, T, D)
+        return {
+            "BatchNorm": nn.BatchNorm1d(D, affine=False).train()(x.reshape(B * T, D)).view(B, T, D),
+            "InstanceNorm": nn.InstanceNorm1d(D)(x.transpose(1, 2)).transpose(1, 2),
+            "LayerNorm": make_norm("layernorm", D, 1e-5)(x),
+            "RMSNorm": make_norm("rmsnorm", D, 1e-5)(x),
+        }
 
 
 def padded_embeddings(lengths: list[int], d_model: int, seed: int = 0) -> torch.Tensor:
@@ -163,19 +171,41 @@ def draw_norms(small: bool) -> tuple[Figure, str]:
     d = 32
     batch = [6, 9, 3, 2]  # sentence 1 (6 tokens) among others, padded to 9
     x = padded_embeddings(batch, d)
-    alone = x[:1, : batch[0]]  # the same sentence in a batch of its own, without padding
-    ln_batch, bn_batch = norm_outputs(x)
-    ln_alone, bn_alone = norm_outputs(alone)
-    real = torch.cat([x[b, :n] for b, n in enumerate(batch)])  # (tokens, D)
-    fig = Figure(figsize=(11, 3.4), layout="constrained")
-    ax1, ax2, ax3 = fig.subplots(1, 3)
-    features = np.arange(16)
-    ax1.bar(
-        features - 0.2,
-        x.reshape(-1, d).std(0, unbiased=False)[:16].numpy(),
-        0.4,
-        label="padded batch",
+    n = batch[0]
+    alone = x[:1, :n]  # the same sentence in a batch of its own, without padding
+    later = alone.clone()
+    later[0, -1] = padded_embeddings([n], d, seed=1)[0, -1]  # its last token changed
+    in_batch, by_itself, changed = norm_outputs(x), norm_outputs(alone), norm_outputs(later)
+    fig = Figure(figsize=(15, 3.4), layout="constrained")
+    ax1, ax2, ax3, ax4 = fig.subplots(1, 4)
+    draw_norm_statistics(ax1, ax2, x, batch)
+    positions = np.arange(n)
+    batch_change = {k: (in_batch[k][0, :n] - by_itself[k][0]).abs().amax(-1) for k in NORMS}
+    last_change = {k: (changed[k][0, :-1] - by_itself[k][0, :-1]).abs().amax(-1) for k in NORMS}
+    for ax, change, xs, title in (
+        (ax3, batch_change, positions, "sentence 1: padded batch vs alone"),
+        (ax4, last_change, positions[:-1], "sentence 1 alone: last token changed"),
+    ):
+        for name, marker in zip(NORMS, "o^sx", strict=True):
+            ax.plot(xs, change[name].numpy(), f"{marker}-", label=name)
+        ax.set(xlabel="position in sentence 1", ylabel="max |Δ output|")
+        ax.set_title(title)
+        ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1, 0.08))
+    summary = "; ".join(
+        f"{k}: batch {batch_change[k].max():.2f}, last token {last_change[k].max():.2f}"
+        for k in NORMS
     )
+    return fig, summary
+
+
+def draw_norm_statistics(ax1, ax2, x: torch.Tensor, batch: list[int]) -> None:
+    """BatchNorm's per-feature std over a padded batch and over its real tokens (ax1); LayerNorm's
+    per-token mean and std over sentence 1 (ax2)."""
+    d = x.size(-1)
+    real = torch.cat([x[b, :n] for b, n in enumerate(batch)])  # (tokens, D)
+    features = np.arange(16)
+    std = x.reshape(-1, d).std(0, unbiased=False)[:16].numpy()
+    ax1.bar(features - 0.2, std, 0.4, label="padded batch")
     ax1.bar(features + 0.2, real.std(0, unbiased=False)[:16].numpy(), 0.4, label="real tokens")
     ax1.set_xticks(features, [str(i) for i in features], fontsize=8)  # features are columns
     ax1.set(xlabel="feature", ylabel="std over the batch")
@@ -187,15 +217,6 @@ def draw_norms(small: bool) -> tuple[Figure, str]:
     ax2.set(xlabel="position in sentence 1", ylabel=f"over the token's own {d} features")
     ax2.set_title("LayerNorm's statistics: one token each")
     ax2.legend(fontsize=8)
-    ln_change = (ln_batch[0, : batch[0]] - ln_alone[0]).abs().amax(-1)
-    bn_change = (bn_batch[0, : batch[0]] - bn_alone[0]).abs().amax(-1)
-    ax3.plot(positions, bn_change.numpy(), "o-", label="BatchNorm")
-    ax3.plot(positions, ln_change.numpy(), "s-", label="LayerNorm")
-    ax3.set(xlabel="position in sentence 1", ylabel="max |Δ output|")
-    ax3.set_title("sentence 1: padded batch vs alone")
-    ax3.legend(fontsize=8)
-    summary = f"max change: LayerNorm {ln_change.max():.1e}, BatchNorm {bn_change.max():.2f}"
-    return fig, summary
 
 
 # --- attention before Transformers --------------------------------------------------------------
