@@ -118,7 +118,7 @@ def test_shards_partition_the_global_batches(world_size):
     ranks = [
         TokenBatchSampler(src, tgt, max_tokens=800, seed=5, rank=r, world_size=world_size) for r in range(world_size)
     ]
-    global_batches = ranks[0].global_batches(epoch=0)
+    global_batches = [b.tolist() for b in ranks[0].global_batches(epoch=0)]
     per_rank = [list(sampler) for sampler in ranks]
     assert len({len(batches) for batches in per_rank}) == 1
     assert len(per_rank[0]) == len(global_batches) // world_size

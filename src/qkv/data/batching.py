@@ -93,11 +93,13 @@ def cut_into_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: i
     """
     bounds = [0]
     longest = 0
-    for i, size in enumerate(np.maximum(src_sizes, tgt_sizes).tolist()):
-        longest = max(longest, size)
-        if (i - bounds[-1] + 1) * longest > max_tokens:  # example i opens a new batch
-            bounds.append(i)
-            longest = size
+    sizes = np.maximum(src_sizes, tgt_sizes)
+    for start in range(0, len(sizes), 1 << 20):  # a million at a time: no list of N ints
+        for i, size in enumerate(sizes[start : start + (1 << 20)].tolist(), start):
+            longest = max(longest, size)
+            if (i - bounds[-1] + 1) * longest > max_tokens:  # example i opens a new batch
+                bounds.append(i)
+                longest = size
     if len(src_sizes) > bounds[-1]:
         bounds.append(len(src_sizes))
     return bounds
@@ -175,10 +177,11 @@ class TokenBatchSampler:
         )
         return perm[np.lexsort((self.src_sizes[perm], self.tgt_sizes[perm]))]
 
-    def global_batches(self, epoch: int) -> list[list[int]]:
-        """All batches of `epoch`, over all ranks, in the order they are dealt out."""
+    def global_batches(self, epoch: int) -> list[np.ndarray]:
+        """All batches of `epoch` (arrays of example indices), over all ranks, in the order they
+        are dealt out."""
         rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
-        order = self._sorted_order(rng).tolist()
+        order = self._sorted_order(rng)
         batches = [order[start:end] for start, end in pairwise(self.bounds)]
         if rng is not None:
             batches = [batches[i] for i in rng.permutation(len(batches))]
@@ -190,14 +193,17 @@ class TokenBatchSampler:
 
     def rank_batches(self, epoch: int) -> list[list[int]]:
         """This rank's batches of `epoch`."""
+        return [batch.tolist() for batch in self._rank_arrays(epoch)]
+
+    def _rank_arrays(self, epoch: int) -> list[np.ndarray]:
         n_dealt = len(self) * self.world_size
         return self.global_batches(epoch)[self.rank : n_dealt : self.world_size]
 
     def __iter__(self) -> Iterator[list[int]]:
-        my_batches = self.rank_batches(self.epoch)
+        my_batches = self._rank_arrays(self.epoch)  # indices as arrays: no list of N ints
         while self.position < len(my_batches):
             self.position += 1
-            yield my_batches[self.position - 1]
+            yield my_batches[self.position - 1].tolist()
         self.epoch, self.position = self.epoch + 1, 0
 
     def set_epoch(self, epoch: int) -> None:

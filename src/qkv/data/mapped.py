@@ -7,7 +7,7 @@ little-endian: uint16 when every id fits, else int32) and an index of offsets (`
 text (`NAME.bin` the bytes, `NAME.idx.npy` the byte offsets). This is the layout of fairseq's
 memory-mapped indexed datasets, in numpy's own formats: nothing is unpickled, the operating
 system's page cache shares the files between processes (every torchrun rank maps the same pages),
-and a process's memory holds only the offsets and what a batch reads.
+and a process's memory holds only the lengths and what a batch reads.
 
 `SequenceWriter` appends sequences chunk by chunk, so that nothing is held whole while writing.
 """
@@ -66,8 +66,8 @@ class SequenceWriter:
 
 
 def _map(directory: Path, name: str, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets (N+1,) int64 in memory, data mapped read-only) of NAME in `directory`."""
-    offsets = np.load(directory / f"{name}{INDEX_SUFFIX}")
+    """(offsets (N+1,) int64, data), both mapped read-only, of NAME in `directory`."""
+    offsets = np.load(directory / f"{name}{INDEX_SUFFIX}", mmap_mode="r")
     path = directory / f"{name}{DATA_SUFFIX}"
     expected = int(offsets[-1]) * dtype.itemsize
     size = path.stat().st_size
@@ -80,7 +80,7 @@ def _map(directory: Path, name: str, dtype: np.dtype) -> tuple[np.ndarray, np.nd
 
 class TokenArray(Sequence[list[int]]):
     """Id sequences mapped from disk: `array[i]` is sequence i as a list of ints; `lengths` is
-    the (N,) array of their lengths, in memory."""
+    the (N,) array of their lengths, in memory (the batch sampler sorts by them)."""
 
     def __init__(self, directory: Path, name: str, dtype: np.dtype | str) -> None:
         self.offsets, self.ids = _map(directory, name, np.dtype(dtype))

@@ -338,7 +338,7 @@ def prepare_data(
         tokenizer=tokenizer,
         text_src=TextLines(text_dir, "src"),
         text_tgt=TextLines(text_dir, "tgt"),
-        rows=np.load(ids_dir / "rows.npy"),
+        rows=np.load(ids_dir / "rows.npy", mmap_mode="r"),
         train_src=TokenArray(ids_dir, "src", ids["dtype"]),
         train_tgt=TokenArray(ids_dir, "tgt", ids["dtype"]),
         valid=valid,
