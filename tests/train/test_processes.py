@@ -65,7 +65,8 @@ def free_port() -> int:
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path: Path, recipe: Recipe) -> None:
     """DDP over 2 CPU processes == 1 process accumulating the same 2 batches per update."""
     no_dropout = {"dropout": 0.0, "attention_dropout": 0.0}
-    ddp_cfg = recipe(max_steps=4, valid_every=2, model=no_dropout)
+    prepared = tmp_path / "prepared"
+    ddp_cfg = recipe(max_steps=4, valid_every=2, model=no_dropout, prepared_dir=str(prepared))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for attempt in range(2):  # a rare abort of a gloo rank as the group is torn down: one retry
         out = tmp_path / f"ddp{attempt}"
@@ -76,7 +77,11 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
         if "terminate called without an active exception" not in done.stderr:
             break
     assert done.returncode == 0, done.stderr[-3000:]  # includes the replicas-in-sync check at each checkpoint
-    Trainer(recipe(max_steps=4, valid_every=2, accum_steps=2, model=no_dropout), tmp_path / "single").train()
+    single = recipe(max_steps=4, valid_every=2, accum_steps=2, model=no_dropout, prepared_dir=str(prepared))
+    Trainer(single, tmp_path / "single").train()
+    # both ranks and the single process read one prepared copy of the data
+    assert sorted(p.name.split("-")[0] for p in prepared.iterdir() if not p.name.startswith(".")) == [
+        "ids", "text", "tokenizer"]
     a, b = last_weights(out), last_weights(tmp_path / "single")
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4)
