@@ -1,15 +1,20 @@
 """Concepts the tutorials raise that need no training to settle, each measured with qkv's modules:
 why naive integer or normalised positions fail, why the sinusoids' relativity does not survive the
 projections W_Q and W_K (the cross terms), what InstanceNorm normalises beside BatchNorm,
-LayerNorm and RMSNorm, and the paper's Table 1 (path lengths and sequential operations)"""
+LayerNorm and RMSNorm, and the paper's Table 1 (path lengths and sequential operations, restricted
+self-attention's window)"""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch import nn
 
+from qkv import TransformerConfig
+from qkv.model import MultiHeadedAttention, window_mask
+from qkv.model.layers import EncoderLayer
 from qkv.model.positions import sinusoid_table
 
 
@@ -125,3 +130,31 @@ def test_table_1_path_lengths_and_sequential_operations_measured() -> None:
     layer.self_attn.register_forward_hook(lambda *_: calls.append(1))
     layer(x, None)
     assert len(calls) == 1  # every position in one call
+
+
+def test_restricted_self_attention_reaches_a_token_n_over_r_layers_away() -> None:
+    """The paper's Table 1, restricted self-attention: each query attends to the r keys on either
+    side (qkv's `window_mask`), O(r n d) per layer, and a maximum path length of O(n / r). Measured
+    at n = 16, r = 2: the window keeps 74 of the 256 query-key pairs (n (2r + 1) - r (r + 1)), no
+    weight falls outside it, and the last output depends on the first input after ceil((n - 1) / r)
+    = 8 layers (3 with r = 5), where full self-attention needs 1."""
+    n, d = 16, 8
+    mask = window_mask(n, 2)
+    by_hand = torch.tensor([[abs(i - j) <= 2 for j in range(n)] for i in range(n)])
+    assert torch.equal(mask[0, 0], by_hand)
+    assert int(mask.sum()) == n * (2 * 2 + 1) - 2 * (2 + 1) == 74
+    mha = MultiHeadedAttention(d, 2).eval()
+    with torch.no_grad():
+        _, weights = mha(torch.randn(1, n, d), mask=mask, need_weights=True)
+    assert weights[..., ~mask[0, 0]].abs().max() == 0
+    cfg = TransformerConfig(d_model=d, n_heads=2, d_ff=16, dropout=0.0, attention_dropout=0.0)
+    for r, layers in ((2, 8), (5, 3)):
+
+        def restricted(r: int = r) -> nn.Module:
+            layer = EncoderLayer(cfg)
+            return lambda x: layer(x, window_mask(n, r))
+
+        assert layers == math.ceil((n - 1) / r)
+        assert _first_layer_count_reaching(restricted, n, d, most=10) == layers
+    with pytest.raises(ValueError, match="radius"):
+        window_mask(4, -1)

@@ -16,7 +16,7 @@ from .attention import (
 from .cache import DecoderCache, KVCache
 from .embedding import TokenEmbedding
 from .layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward, SublayerConnection
-from .masks import causal_mask, combine, padding_mask
+from .masks import causal_mask, combine, padding_mask, window_mask
 from .nadaraya_watson import NadarayaWatson
 from .positions import (
     ALiBi,
@@ -60,4 +60,5 @@ __all__ = [
     "per_head_attention",
     "scaled_dot_product_attention",
     "softmax_attention",
+    "window_mask",
 ]

@@ -32,6 +32,18 @@ def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | Non
     ]
 
 
+def window_mask(length: int, radius: int, device: torch.device | None = None) -> Tensor:
+    """Restricted self-attention (the paper's Table 1): query i sees keys |i - j| <= radius.
+
+    -> (1, 1, T, T). Each layer then costs O(radius * T * d) and a token reaches another
+    (j - i) / radius layers away, not in one.
+    """
+    if radius < 0:
+        raise ValueError(f"radius must be >= 0, got {radius}")
+    pos = torch.arange(length, device=device)
+    return ((pos[:, None] - pos[None, :]).abs() <= radius)[None, None]
+
+
 def combine(*masks: Tensor | None) -> Tensor | None:
     """Logical AND of the masks that are not None (None = attend everywhere)."""
     out = None
