@@ -36,6 +36,10 @@ def test_a_request_asking_too_much_is_refused_before_it_starts(server: Server) -
     assert "max_len_b 8192" in r.json()["error"]
     r = post({**HOSTILE, "beam": 4, "max_len_b": 100})
     assert r.status_code == 400 and "min_len 8000" in r.json()["error"]
+    r = post({"text": "1 2", "max_len_a": 100000})  # bounded too: not the position table's 8192
+    assert r.status_code == 400 and "max_len_a 100000" in r.json()["error"]
+    assert "--max-output-tokens" in r.json()["error"]
+    assert post({"text": "1 2", "max_len_a": 1.0, "max_len_b": 512}).status_code == 200
     # 40 sentences x beam 6 x (100 * ~4 source tokens + 512) output tokens
     many = {"text": ["1 2"] * 40, "beam": 6, "max_len_a": 100.0, "max_len_b": 512}
     r = post(many)
@@ -43,6 +47,18 @@ def test_a_request_asking_too_much_is_refused_before_it_starts(server: Server) -
     assert "--max-decode-tokens" in r.json()["error"]
     limits = server.client.get("/v1/info").json()["limits"]
     assert limits["max_output_tokens"] == 512 and limits["max_decode_tokens"] == 131_072
+
+
+def test_a_text_cut_to_max_src_tokens_is_said_in_the_answer(model_dir: Path) -> None:
+    """The command line warns; the answer says which text was cut, its length and the limit."""
+    with running(model_dir, "--pair", PAIR, "--max-src-tokens", "6") as server:
+        r = server.client.post("/v1/translate", json={"text": ["1 2", EN[0]], "max_len_b": 4})
+        short = server.client.post("/v1/translate", json={"text": "1 2", "max_len_b": 4})
+    assert r.status_code == 200, r.text
+    [warning] = r.json()["warnings"]
+    assert warning.startswith("text 1 has ") and "only its first 5 were" in warning
+    assert "--max-src-tokens" in warning
+    assert short.status_code == 200 and "warnings" not in short.json()
 
 
 def test_a_loop_of_hostile_requests_leaves_ordinary_ones_quick(model_dir: Path) -> None:

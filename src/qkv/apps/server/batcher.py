@@ -56,6 +56,7 @@ class Job:
     alignment: bool = False
     ids: list[list[int]] | None = None  # the texts' source ids (`Translator.encode`), if known
     constraints: list[Constraints] | None = None  # the glossary's terms of each text, if any
+    cut: dict[int, int] = field(default_factory=dict)  # text -> its tokens, where ids are cut
     future: Future[list[Translation]] = field(default_factory=Future)
     results: list[Translation | None] = field(init=False)
     waiting: int = field(init=False)  # sentences not yet translated

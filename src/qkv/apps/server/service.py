@@ -224,7 +224,8 @@ class Service:
                     f"{name} {getattr(o, name)} is over this server's limit of "
                     f"{limits.max_output_tokens} output tokens (--max-output-tokens)",
                 )
-        ids = model.translator.encode(texts)
+        ids, lengths = model.translator.encode_counting(texts)
+        cut = {i: n for i, (x, n) in enumerate(zip(ids, lengths, strict=True)) if n > len(x)}
         constraints = self._constraints(model, o, texts, glossary, terms)
         work = sum(  # beam search, and the constrained search of a sentence with terms
             (o.beam + (search_width(o.beam, c) if c else 0)) * o.max_output_length(len(x))
@@ -238,7 +239,17 @@ class Service:
                 f"{limits.max_decode_tokens} (--max-decode-tokens): send fewer sentences, a "
                 "smaller beam or max_len_b",
             )
-        return Job(model.pair, texts, o, attention, alignment, ids, constraints), work
+        for i, x in enumerate(ids):  # max_len_a too: the output beyond the source's length
+            if o.max_output_length(len(x)) > len(x) + limits.max_output_tokens:
+                raise HTTPError(
+                    400,
+                    f"max_len_a {o.max_len_a} with max_len_b {o.max_len_b} lets sentence {i} "
+                    f"({len(x)} source tokens) write {o.max_output_length(len(x))} tokens, over "
+                    f"this server's limit of its length + {limits.max_output_tokens} "
+                    "(--max-output-tokens)",
+                )
+        job = Job(model.pair, texts, o, attention, alignment, ids, constraints, cut=cut)
+        return job, work
 
     def _constraints(
         self,

@@ -73,6 +73,9 @@ class NativeResponse(BaseModel):
     source: str
     target: str
     translations: list[NativeTranslation]
+    warnings: list[str] | None = Field(
+        None, description="texts longer than --max-src-tokens: only their start was translated"
+    )
 
 
 @router.post(
@@ -108,13 +111,19 @@ async def native(request: Request, svc: Annotated[Service, Depends(service)]) ->
         raise HTTPError(400, str(e)) from None
     job, work = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
     results = await svc.translate(request, job, work)
-    return JSONResponse(
-        {
-            "source": model.source,
-            "target": model.target,
-            "translations": [_native(r, req.attention, req.alignment) for r in results],
-        }
-    )
+    answer = {
+        "source": model.source,
+        "target": model.target,
+        "translations": [_native(r, req.attention, req.alignment) for r in results],
+    }
+    room = model.translator.max_src_tokens - 1
+    if job.cut:  # as the command line warns
+        answer["warnings"] = [
+            f"text {i} has {n} subword tokens: only its first {room} were translated "
+            "(--max-src-tokens)"
+            for i, n in sorted(job.cut.items())
+        ]
+    return JSONResponse(answer)
 
 
 @router.get("/v1/info")
