@@ -84,6 +84,7 @@ class Service:
     split: str = "sentences"  # how /translate cuts a text: "sentences" (of each line) or "lines"
     glossary: Glossary | None = None  # the server's terms, for every request
     files: FileStore = field(default_factory=FileStore)  # translated files to download
+    draining: bool = False  # stopping: what is in flight is answered, nothing outlives it
 
     @classmethod
     def create(
@@ -137,6 +138,11 @@ class Service:
         """Stops the lanes once the requests in flight are answered."""
         for lane in self.lanes:
             await asyncio.to_thread(lane.stop)
+
+    def drain(self) -> None:
+        """The server stops (SIGTERM): the requests in flight are answered, but no download link
+        is handed out, as its file would go with the process (uvicorn accepts no connection)."""
+        self.draining = True
 
     def abandon(self, error: BaseException) -> int:
         """Fails the queued and running requests with `error`; how many there were."""
