@@ -3,8 +3,8 @@ only among the kernels whose outputs are the plain path's here.
 
 `Int8Linear` (`runtime.captured`) multiplies by `torch._int_mm` (the plain path), by oneDNN's
 prepacked u8 x s8 product for several rows, or by qkv's own VNNI kernel for one row. Which is
-faster depends on the CPU; whether a fast one is right does too: a u8 x s8 product without VNNI
-saturates its 16-bit pair sums (off by up to 0.55 on an AVX2-only EPYC). So each candidate's
+faster depends on the CPU; whether a fast one is right does too: a u8 x s8 product on a CPU
+without VNNI (AVX512-VNNI, AVX-VNNI) may saturate its 16-bit pair sums. So each candidate's
 outputs are checked against `_int_mm`'s on the rows it is timed on, on the CPU it runs on, and a
 candidate that disagrees is never chosen, however fast.
 """
