@@ -8,7 +8,7 @@
 target.spm, the vocabularies, tokenizer_config.json) with `huggingface_hub`, into its own cache
 (`HF_HOME` / `HF_HUB_CACHE`); `HF_HUB_OFFLINE=1` uses that cache alone, `HF_ENDPOINT` another hub,
 `HF_TOKEN` a private model; a Hub that does not answer a connection within 3 s counts as
-offline (huggingface_hub itself retries for ~30 s). `model_directory` converts a snapshot once
+offline (huggingface_hub retries for tens of seconds). `model_directory` converts a snapshot once
 into qkv's cache (`$QKV_CACHE_DIR/models`, else ~/.cache/qkv/models), one directory per commit,
 and hands back the same directory on every later call. Each failure is a ValueError of one
 line: no such model, no such revision, offline without it in the cache, a model that is not a
@@ -98,9 +98,9 @@ def marian_snapshot(repo: str, revision: str | None = None) -> Path:
 
 def hub_unreachable(seconds: float = CONNECT_SECONDS) -> str | None:
     """Why the Hub cannot be reached, found in at most `seconds` (a TCP connection to its
-    endpoint, `HF_ENDPOINT`), or None where it may be: huggingface_hub itself retries for ~30 s
-    before it gives up. None too with HF_HUB_OFFLINE=1 (the cache alone, without asking) and
-    behind a proxy (the proxy decides)."""
+    endpoint, `HF_ENDPOINT`), or None where it may be: huggingface_hub itself retries for tens
+    of seconds before it gives up. None too with HF_HUB_OFFLINE=1 (the cache alone, without
+    asking) and behind a proxy (the proxy decides)."""
     import socket
     from urllib.parse import urlsplit
 
