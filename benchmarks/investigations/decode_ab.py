@@ -62,7 +62,7 @@ def add_path_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--onednn-margin",
         type=float,
-        help="with --capture --quantize int8: runtime.captured.ONEDNN_MARGIN (0: never oneDNN's "
+        help="with --capture --quantize int8: runtime.int8_choice.ONEDNN_MARGIN (0: never oneDNN's "
         "product for several rows, 1e9: always; default: measured)",
     )
     parser.add_argument(
@@ -117,9 +117,9 @@ def prepared_model(args: argparse.Namespace) -> torch.nn.Module:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.onednn_margin is not None:
-        import qkv.runtime.captured
+        import qkv.runtime.int8_choice
 
-        qkv.runtime.captured.ONEDNN_MARGIN = args.onednn_margin
+        qkv.runtime.int8_choice.ONEDNN_MARGIN = args.onednn_margin
     if args.int8_torch:
         import qkv.runtime.captured
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,9 +33,9 @@ def hub_cache(root: Path, repo: str, source: Path, revision: str = "main") -> Pa
     return root
 
 
-def qkv(tmp: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def qkv(tmp: Path, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_CACHE": str(tmp / "hub"), "HF_HUB_OFFLINE": "1",
-           "QKV_CACHE_DIR": str(tmp / "qkv-cache")}
+           "QKV_CACHE_DIR": str(tmp / "qkv-cache"), **env}
     return subprocess.run([sys.executable, "-m", "qkv", *args], input=stdin, env=env, text=True,
                           capture_output=True, timeout=300)
 
@@ -93,3 +94,33 @@ def test_hub_failures_are_one_line(marian_dir: Path, tmp_path: Path) -> None:
         lines = [line for line in r.stderr.splitlines() if line.startswith("qkv translate: error:")]
         assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr
         assert "Traceback" not in r.stderr
+    # a revision with a slash, given to convert: not taken for a local path
+    r = qkv(tmp_path, "convert", "marian", "test-org/opus-mt-tiny", "--revision", "../x",
+            "--out", str(tmp_path / "out"))
+    lines = [line for line in r.stderr.splitlines() if line.startswith("qkv convert: error:")]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert "at revision ../x is not in the Hugging Face cache" in lines[0], r.stderr
+    assert is_hub_name("a/b@feature/x") and not is_hub_name("./a@b/c")
+
+
+def test_a_hub_that_cannot_be_reached_is_found_at_once_and_the_cache_used(
+    marian_dir: Path, tmp_path: Path
+) -> None:
+    """HF_ENDPOINT a loopback port that refuses connections, HF_HUB_OFFLINE unset: no ~30 s of
+    retries; a cached model translates, an absent one is one line naming the endpoint and
+    HF_HUB_OFFLINE=1."""
+    with socket.socket() as s:  # a free port, closed again: connections to it are refused
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"
+    hub_cache(tmp_path / "hub", "test-org/opus-mt-tiny", marian_dir)
+    env = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": endpoint, "HF_HUB_ETAG_TIMEOUT": "1",
+           "HTTPS_PROXY": "", "HTTP_PROXY": "", "ALL_PROXY": "", "https_proxy": "",
+           "http_proxy": "", "all_proxy": ""}
+    cached = qkv(tmp_path, "translate", "--model", "hf:test-org/opus-mt-tiny", "--precision",
+                 "fp32", stdin="a small house\n", **env)
+    assert cached.returncode == 0 and cached.stdout.strip(), cached.stderr
+    r = qkv(tmp_path, "translate", "--model", "hf:test-org/absent", stdin="a\n", **env)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("qkv translate: error:")]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert f"no connection to {endpoint} within 3 s" in lines[0], lines
+    assert "HF_HUB_OFFLINE=1" in lines[0]

@@ -23,9 +23,11 @@ from qkv.runtime.captured import (
     Int8Linear,
     capture_decoder,
     capture_refusal,
+    int8_linears,
+)
+from qkv.runtime.int8_choice import (
     choose_kernel,
     choose_onednn,
-    int8_linears,
     kernel_rows_faster,
     onednn_int8_available,
     onednn_rows_faster,
@@ -106,7 +108,7 @@ def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses(
     the same beams."""
     if kernels.int8_linear() is None:
         pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
-    monkeypatch.setattr("qkv.runtime.captured.choose_kernel", lambda a, b: True)  # not measured
+    monkeypatch.setattr("qkv.runtime.int8_choice.choose_kernel", lambda a, b: True)  # not measured
     model = tiny_model(d_model=64, d_ff=128)
     on, off = (
         prepare_for_decoding(copy.deepcopy(model), quantize="int8", capture=True) for _ in "ab"
@@ -214,9 +216,16 @@ def test_int8_rows_compiled_through_onednn_are_int_mm_s_sums_prepacked(
 ) -> None:
     """With `onednn_rows` on, the compiled layer multiplies several rows by oneDNN's prepacked
     weight (TorchInductor's freezing pattern fires: it needs the weights frozen) and one row by
-    `_int_mm`; both give the eager layer's outputs (`_int_mm`'s integer sums)."""
+    `_int_mm`; on a CPU where oneDNN's sums are `_int_mm`'s, both give the eager layer's outputs.
+    Where they are not (u8 x s8 without VNNI saturates), the choice never turns it on."""
     torch.manual_seed(0)
     layer = Int8Linear(nn.Linear(64, 48))
+    monkeypatch.setattr("qkv.runtime.int8_choice.choose_onednn", lambda a, b: True)  # "faster"
+    if not onednn_rows_faster([layer]):  # its sums are not _int_mm's on this CPU
+        monkeypatch.setattr("qkv.runtime.captured.int8_linear", lambda: None)  # no qkv kernel
+        step = [m for m in int8_linears(tiny_model(d_model=64)).modules() if type(m) is Int8Linear]
+        assert step and not any(m.onednn_rows for m in step)
+        return
     layer.onednn_rows = True
     monkeypatch.setattr(torch._inductor.config, "freezing", True)  # as capture_decoder sets it
     compiled = torch.compile(layer, dynamic=True, options=CAPTURE_OPTIONS)
@@ -228,6 +237,42 @@ def test_int8_rows_compiled_through_onednn_are_int_mm_s_sums_prepacked(
     assert counters["inductor"]["qlinear_weight_prepack_matcher_count"] == 1  # the 3 rows' graph
 
 
+def saturated_pairs(unsigned: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """What a u8 x s8 product without VNNI computes (vpmaddubsw): each pair of products summed
+    and saturated to 16 bits, then the pairs summed and the zero point's 128 x w taken off."""
+    products = unsigned.long()[:, None, :] * weight.long()[None, :, :]  # (M, N, K)
+    pairs = products.view(*products.shape[:2], -1, 2).sum(-1).clamp(-32768, 32767)
+    return (pairs.sum(-1) - 128 * weight.long().sum(1)).float()
+
+
+@pytest.mark.skipif(not onednn_int8_available(), reason="this torch has no oneDNN int8 product")
+def test_a_fast_int8_product_whose_sums_are_wrong_here_is_never_chosen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """oneDNN's product made to saturate as it does without VNNI (`saturated_pairs`), and qkv's
+    kernel made 1% off: each measures faster (injected), and neither is chosen."""
+    torch.manual_seed(0)
+    layers = [Int8Linear(nn.Linear(64, 48)), Int8Linear(nn.Linear(48, 64))]
+    monkeypatch.setattr("qkv.runtime.int8_choice.choose_onednn", lambda a, b: True)
+    monkeypatch.setattr("qkv.runtime.int8_choice.choose_kernel", lambda a, b: True)
+    small = torch.randint(1, 129, (2, 64), dtype=torch.uint8)  # pair sums under 2^15
+    signed = (small.short() - 128).to(torch.int8)
+    want = torch._int_mm(signed, layers[0].qweight.t()).float()
+    assert torch.equal(saturated_pairs(small, layers[0].qweight), want)  # the emulation
+    assert onednn_rows_faster(layers)  # this CPU's own product: chosen
+    monkeypatch.setattr("qkv.runtime.int8_choice.onednn_prepack", lambda w: (w, None))
+    monkeypatch.setattr(
+        "qkv.runtime.int8_choice.onednn_sums", lambda x, w, _: saturated_pairs(x, w)
+    )
+    assert not onednn_rows_faster(layers)
+    if kernels.int8_linear() is None:
+        pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
+    assert kernel_rows_faster(layers)
+    op = kernels.int8_linear()
+    monkeypatch.setattr("qkv.runtime.int8_choice.int8_linear", lambda: lambda *a: op(*a) * 1.01)
+    assert not kernel_rows_faster(layers)
+
+
 def test_the_int8_product_for_several_rows_is_chosen_by_its_measured_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -236,12 +281,12 @@ def test_the_int8_product_for_several_rows_is_chosen_by_its_measured_time(
     assert choose_onednn(1.0, 0.85) and not choose_onednn(1.0, 0.95)
     model = tiny_model(d_model=64, d_ff=128)
     for verdict in (True, False):
-        monkeypatch.setattr("qkv.runtime.captured.choose_onednn", lambda a, b, v=verdict: v)
+        monkeypatch.setattr("qkv.runtime.int8_choice.choose_onednn", lambda a, b, v=verdict: v)
         step = [m for m in int8_linears(copy.deepcopy(model)).modules() if type(m) is Int8Linear]
         assert len(step) > 3 and {m.onednn_rows for m in step} == {verdict}
         assert all(m.packed is None for m in step)
-    monkeypatch.setattr("qkv.runtime.captured.onednn_int8_available", lambda: False)
-    monkeypatch.setattr("qkv.runtime.captured.choose_onednn", lambda a, b: True)
+    monkeypatch.setattr("qkv.runtime.int8_choice.onednn_int8_available", lambda: False)
+    monkeypatch.setattr("qkv.runtime.int8_choice.choose_onednn", lambda a, b: True)
     assert not onednn_rows_faster([Int8Linear(nn.Linear(8, 8))])  # nothing to measure
 
 
@@ -256,13 +301,13 @@ def test_the_int8_kernel_serves_where_its_one_row_products_measure_faster(
         pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
     model = tiny_model(d_model=64, d_ff=128)
     for verdict in (True, False):
-        monkeypatch.setattr("qkv.runtime.captured.choose_kernel", lambda a, b, v=verdict: v)
+        monkeypatch.setattr("qkv.runtime.int8_choice.choose_kernel", lambda a, b, v=verdict: v)
         converted = dict(int8_linears(copy.deepcopy(model)).named_modules())
         step = [m for m in converted.values() if type(m) is Int8Linear]
         assert len(step) > 3 and {m.packed is not None for m in step} == {verdict}
         output = [m for n, m in converted.items() if n.endswith("output_projection")]
         assert [type(m) for m in output] == [Int8Linear if verdict else DynamicInt8Linear]
-    monkeypatch.setattr("qkv.runtime.captured.int8_linear", lambda: None)
+    monkeypatch.setattr("qkv.runtime.int8_choice.int8_linear", lambda: None)
     assert not kernel_rows_faster([Int8Linear(nn.Linear(16, 16))])  # no kernel: not measured
 
 
@@ -276,7 +321,7 @@ def test_captured_int8_decodes_near_its_eager_twin(
         pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
     if not kernel:
         monkeypatch.setattr("qkv.runtime.captured.int8_linear", lambda: None)
-    monkeypatch.setattr("qkv.runtime.captured.choose_kernel", lambda a, b: True)  # not measured
+    monkeypatch.setattr("qkv.runtime.int8_choice.choose_kernel", lambda a, b: True)  # not measured
     model = tiny_model(d_model=64, d_ff=128)
     eager = prepare_for_decoding(copy.deepcopy(model), pack=False)
     captured = prepare_for_decoding(model, quantize="int8", capture=True)

@@ -133,6 +133,26 @@ def test_time_greedy_steps_returns_a_time_per_path_and_row_count_and_leaves_the_
     assert all(torch.equal(before[k], after[k]) for k in before) and model.training == tiny_model().training
 
 
+def test_a_path_whose_hypotheses_are_wrong_here_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The packed path made wrong (its weights moved): it decodes, and is not among the timed."""
+    from qkv.runtime import prepare
+
+    real = prepare.prepare_for_decoding
+
+    def wrong(model: torch.nn.Module, device: str, pack: bool, precision: str) -> torch.nn.Module:
+        out = real(model, device, pack=False, precision=precision)
+        if pack:
+            with torch.no_grad():
+                for p in out.parameters():
+                    p.add_(0.1 * torch.randn_like(p))
+        return out
+
+    paths = [("fp32", False), ("fp32", True)]
+    assert set(time_greedy_steps(tiny_model(), paths, steps=2, repeats=1)) == set(paths)
+    monkeypatch.setattr(prepare, "prepare_for_decoding", wrong)
+    assert set(time_greedy_steps(tiny_model(), paths, steps=2, repeats=1)) == {("fp32", False)}
+
+
 @pytest.mark.parametrize(
     ("precision", "cudnn", "warned"), [("bf16", True, 1), ("bf16", False, 0), ("fp32", True, 0)]
 )

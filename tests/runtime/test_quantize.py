@@ -91,6 +91,35 @@ def test_the_measured_library_is_kept_per_cpu_and_shape(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not ONEDNN, reason="needs torch's oneDNN int8 library (x86)")
+def test_a_library_whose_outputs_are_wrong_here_is_never_chosen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """oneDNN's copies made 1% off (as a product that saturates would be): however fast it
+    measures, fbgemm is kept, and oneDNN is not even timed."""
+    layers = [nn.Linear(32, 64), nn.Linear(64, 32)]
+    assert quantize.agreeing_engines(layers, ["fbgemm", "onednn"]) == ["fbgemm", "onednn"]
+    real = quantize.quantize_int8
+
+    def off(model: nn.Module, *args: object, engine: str | None = None) -> nn.Module:
+        out = real(model, *args, engine=engine)
+        if engine == "onednn":
+            for m in out.modules():
+                if hasattr(m, "int8_engine"):
+                    m.register_forward_hook(lambda _m, _x, y: y * 1.01)
+        return out
+
+    monkeypatch.setattr(quantize, "quantize_int8", off)
+    timed: list[str] = []
+
+    def timer(engine: str, rows: int) -> float:
+        timed.append(engine)
+        return {"fbgemm": 2.0, "onednn": 1.0}[engine]
+
+    assert quantize.faster_int8_engine(layers, (1, 32), timer, tmp_path / "v.json") == "fbgemm"
+    assert "onednn" not in timed
+
+
+@pytest.mark.skipif(not ONEDNN, reason="needs torch's oneDNN int8 library (x86)")
 def test_both_libraries_compute_the_same_int8_model() -> None:
     model = tiny_model(d_model=64, d_ff=128)
     a, b = quantize_int8(model, engine="fbgemm"), quantize_int8(model, engine="onednn")

@@ -396,6 +396,25 @@ def test_malformed_yaml_names_the_file_and_line(tmp_path: Path, capsys) -> None:
     assert code == 2 and str(bad) in line and "line " in line
 
 
+def test_disk_full_at_the_first_checkpoint_does_not_suggest_resume(
+    tmp_path: Path, config: Path, capsys, monkeypatch
+) -> None:
+    """No checkpoint to resume from (and the directory this run created removed): the line says
+    to run the command again, not --resume."""
+    import qkv.train.checkpoints as checkpoints
+
+    def full_disk(path: Any, model: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints, "save_weights", full_disk)
+    out = tmp_path / "run"
+    code, err = qkv(capsys, "train", config, "--out", out)
+    line = one_error_line(err)
+    assert code == 2 and "No space left on device" in line and "no checkpoint was written" in line
+    assert "--resume" not in line and "run the same command again" in line
+    assert not out.exists()
+
+
 def test_disk_full_while_checkpointing_stops_and_names_the_last_good_checkpoint(
     tmp_path: Path, config: Path, capsys, monkeypatch
 ) -> None:

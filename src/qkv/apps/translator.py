@@ -430,16 +430,23 @@ class Translator:
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids of each text, truncated to leave room for eos within max_src_tokens (with
         one warning counting the lines truncated)."""
-        ids = self.tokenizer.encode_src(texts)
+        ids, lengths = self.encode_counting(texts)
         room = self.max_src_tokens - 1
-        n_long = sum(len(seq) > room for seq in ids)
+        n_long = sum(n > room for n in lengths)
         if n_long:
             warnings.warn(
                 f"{n_long} of {len(texts)} input lines are longer than {room} subword tokens "
                 "and were truncated to that length",
                 stacklevel=4,
             )
-        return [seq[:room] for seq in ids]
+        return ids
+
+    def encode_counting(self, texts: list[str]) -> tuple[list[list[int]], list[int]]:
+        """Source ids of each text truncated as `encode` does them (no warning), and each
+        text's whole length in subword tokens (more than max_src_tokens - 1: it was cut)."""
+        ids = self.tokenizer.encode_src(texts)
+        room = self.max_src_tokens - 1
+        return [seq[:room] for seq in ids], [len(seq) for seq in ids]
 
     def translation_of(
         self, ids: list[int], hyps: list[Hypothesis], maps: bool = False

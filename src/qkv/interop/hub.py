@@ -7,10 +7,12 @@
 `marian_snapshot` fetches only what the conversion reads (config.json, the weights, source.spm,
 target.spm, the vocabularies, tokenizer_config.json) with `huggingface_hub`, into its own cache
 (`HF_HOME` / `HF_HUB_CACHE`); `HF_HUB_OFFLINE=1` uses that cache alone, `HF_ENDPOINT` another hub,
-`HF_TOKEN` a private model. `model_directory` converts a snapshot once into qkv's cache
-(`$QKV_CACHE_DIR/models`, else ~/.cache/qkv/models), one directory per commit, and hands back the
-same directory on every later call. Each failure is a ValueError of one line: no such model, no
-such revision, offline without it in the cache, a model that is not a Marian one.
+`HF_TOKEN` a private model; a Hub that does not answer a connection within 3 s counts as
+offline (huggingface_hub retries for tens of seconds). `model_directory` converts a snapshot once
+into qkv's cache (`$QKV_CACHE_DIR/models`, else ~/.cache/qkv/models), one directory per commit,
+and hands back the same directory on every later call. Each failure is a ValueError of one
+line: no such model, no such revision, offline without it in the cache, a model that is not a
+Marian one.
 """
 
 from __future__ import annotations
@@ -27,13 +29,18 @@ from .marian import convert_marian
 PREFIX = "hf:"  # a model directory argument that names a Hub model: hf:ORG/NAME[@REVISION]
 NEEDED = ["config.json", "*.spm", "*vocab.json", "tokenizer_config.json"]
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the first one the repository has
+CONNECT_SECONDS = 3.0  # how long a connection to the Hub may take before it counts as unreachable
 
 
 def is_hub_name(name: str) -> bool:
-    """Whether `name` names a Hub model: hf:ORG/NAME, or ORG/NAME that is no local path."""
+    """Whether `name` names a Hub model: hf:ORG/NAME, or ORG/NAME that is no local path (either
+    with @REVISION, which may hold slashes: its branch, tag or commit)."""
     if name.startswith(PREFIX):
         return True
-    return name.count("/") == 1 and not Path(name).exists() and not name.startswith((".", "/"))
+    if Path(name).exists():
+        return False
+    repo = name.partition("@")[0]
+    return repo.count("/") == 1 and not repo.startswith((".", "/"))
 
 
 def split_name(name: str) -> tuple[str, str | None]:
@@ -47,7 +54,8 @@ def split_name(name: str) -> tuple[str, str | None]:
 
 
 def marian_snapshot(repo: str, revision: str | None = None) -> Path:
-    """The local folder of a Hub repository's files that a Marian conversion reads."""
+    """The local folder of a Hub repository's files that a Marian conversion reads. Where the
+    Hub cannot be reached (`hub_unreachable`), the Hugging Face cache alone, at once."""
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import (
         LocalEntryNotFoundError,
@@ -56,15 +64,23 @@ def marian_snapshot(repo: str, revision: str | None = None) -> Path:
     )
 
     at = f" at revision {revision}" if revision else ""
+    unreachable = hub_unreachable()
     try:
         try:
+            if unreachable:
+                raise ConnectionError(unreachable)
             files = HfApi().list_repo_files(repo, revision=revision)
             weights = [next((w for w in WEIGHTS if w in files), WEIGHTS[0])]
         except (RepositoryNotFoundError, RevisionNotFoundError):
             raise
         except Exception:  # offline, or no network: the cache decides
             weights = list(WEIGHTS)
-        folder = snapshot_download(repo, revision=revision, allow_patterns=[*NEEDED, *weights])
+        folder = snapshot_download(
+            repo,
+            revision=revision,
+            allow_patterns=[*NEEDED, *weights],
+            local_files_only=bool(unreachable),
+        )
     except RevisionNotFoundError:
         raise ValueError(f"{repo} has no revision {revision!r} on the Hub") from None
     except RepositoryNotFoundError:
@@ -72,11 +88,37 @@ def marian_snapshot(repo: str, revision: str | None = None) -> Path:
             f"no model {repo} on the Hub (a private one needs HF_TOKEN or `hf auth login`)"
         ) from None
     except LocalEntryNotFoundError:
+        why = unreachable or "offline, or HF_HUB_OFFLINE=1"
         raise ValueError(
             f"{repo}{at} is not in the Hugging Face cache ({_hub_cache()}) and the Hub cannot be "
-            "reached (offline, or HF_HUB_OFFLINE=1): fetch it once with network access"
+            f"reached ({why}): fetch it once with network access"
         ) from None
     return Path(folder)
+
+
+def hub_unreachable(seconds: float = CONNECT_SECONDS) -> str | None:
+    """Why the Hub cannot be reached, found in at most `seconds` (a TCP connection to its
+    endpoint, `HF_ENDPOINT`), or None where it may be: huggingface_hub itself retries for tens
+    of seconds before it gives up. None too with HF_HUB_OFFLINE=1 (the cache alone, without
+    asking) and behind a proxy (the proxy decides)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    proxies = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(v) for v in proxies):
+        return None
+    url = urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=seconds).close()
+    except OSError as e:
+        return (
+            f"no connection to {constants.ENDPOINT} within {seconds:g} s: {e.strerror or e}; "
+            "HF_HUB_OFFLINE=1 uses the cache without trying"
+        )
+    return None
 
 
 def resolve_model(directory: str | os.PathLike[str]) -> str | os.PathLike[str]:
@@ -138,6 +180,7 @@ def _hub_cache() -> str:
 __all__ = [
     "PREFIX",
     "convert_marian_named",
+    "hub_unreachable",
     "is_hub_name",
     "marian_snapshot",
     "model_directory",

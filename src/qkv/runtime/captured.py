@@ -53,15 +53,12 @@ from ..model.cache import DecoderCache
 from ..model.layers import SublayerConnection
 from ..model.transformer import Decoder
 from .attention import grouped_attention
+from .int8_choice import kernel_rows_faster, onednn_rows_faster
 from .kernels import decoding_attention, int8_linear, pack_int8_weight
 from .quantize import many_row_layers, quantize_int8_measured
 from .swap import rebuilt_as, replace_modules
-from .timing import time_calls
 
 CAPTURE_OPTIONS = {"cpp_wrapper": True}  # torch.compile's inductor options
-# oneDNN's prepacked int8 product replaces torch._int_mm for several rows when it takes at most
-# this share of its time (`onednn_rows_faster`)
-ONEDNN_MARGIN = 0.9
 DEQUANTIZE = torch.ops.quantized_decomposed
 # graphs a process may compile for one step: one per family of shapes (one row or more, beams
 # sharing a memory row or not, ...); past it the step runs uncompiled
@@ -154,76 +151,6 @@ class Int8Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
-
-
-def onednn_rows_faster(linears: list[Int8Linear], rows: int = 4, repeats: int = 5) -> bool:
-    """Whether oneDNN's prepacked product (`Int8Linear`) beats `torch._int_mm` for `rows`-row
-    inputs (beam search's four hypotheses) on this CPU: each multiplies the same rows by every
-    weight of `linears` in turn, the median of `repeats` passes, oneDNN chosen when at least
-    `ONEDNN_MARGIN` faster. False where oneDNN's int8 product is missing."""
-    if not linears or not onednn_int8_available():
-        return False
-    weights = [m.qweight for m in linears]
-    signed = {
-        w.size(1): torch.randint(-127, 128, (rows, w.size(1)), dtype=torch.int8) for w in weights
-    }
-    unsigned = {k: (x.short() + 128).to(torch.uint8) for k, x in signed.items()}
-    packed = [torch.ops.onednn.qlinear_prepack(w, None) for w in weights]
-    one, zero_point = torch.ones(1), torch.tensor([128], dtype=torch.int32)
-    units = [torch.ones(w.size(0)) for w in weights]
-    float_output = (None, None, 1.0, 0, torch.float32, "none", [], "")  # no bias, no post-op
-
-    def int_mm() -> None:
-        for w in weights:
-            torch._int_mm(signed[w.size(1)], w.t())
-
-    def onednn() -> None:
-        for w, p, unit in zip(weights, packed, units, strict=True):
-            x = unsigned[w.size(1)]
-            torch.ops.onednn.qlinear_pointwise.tensor(x, one, zero_point, p, unit, *float_output)
-
-    # the first call builds oneDNN's kernels: warm-up
-    return choose_onednn(time_calls(int_mm, repeats).seconds, time_calls(onednn, repeats).seconds)
-
-
-def choose_onednn(int_mm_seconds: float, onednn_seconds: float) -> bool:
-    """oneDNN's product where it takes at most `ONEDNN_MARGIN` of `_int_mm`'s time."""
-    return onednn_seconds <= ONEDNN_MARGIN * int_mm_seconds
-
-
-def onednn_int8_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_prepack")
-
-
-def kernel_rows_faster(linears: list[Int8Linear], repeats: int = 5) -> bool:
-    """Whether qkv's int8 kernel multiplies one row (a greedy step's) by every weight of `linears`
-    faster than `torch._int_mm` does on this CPU: the kernel as called (x quantized and the sums
-    scaled inside) against `_int_mm`'s bare integer product, the median of `repeats` passes each
-    (`choose_kernel`). False where the kernel does not run."""
-    op = int8_linear()
-    if op is None or not linears:
-        return False
-    x = {m.in_features: torch.randn(1, m.in_features) for m in linears}
-    xq = {k: torch.randint(-127, 128, row.shape, dtype=torch.int8) for k, row in x.items()}
-    packed = [pack_int8_weight(m.qweight) for m in linears]
-
-    def kernel() -> None:
-        for m, (weight, sums) in zip(linears, packed, strict=True):
-            op(x[m.in_features], weight, sums, m.scale, m.bias)
-
-    def int_mm() -> None:
-        for m in linears:
-            torch._int_mm(xq[m.in_features], m.qweight.t())
-
-    with torch.inference_mode():
-        kernel_seconds = time_calls(kernel, repeats).seconds
-        return choose_kernel(kernel_seconds, time_calls(int_mm, repeats).seconds)
-
-
-def choose_kernel(kernel_seconds: float, int_mm_seconds: float) -> bool:
-    """qkv's int8 kernel where it takes at most `_int_mm`'s time (at several rows it is as fast
-    as oneDNN's product: docs/benchmarks.md, "qkv's int8 kernel")."""
-    return kernel_seconds <= int_mm_seconds
 
 
 def int8_linears(model: nn.Module) -> nn.Module:
@@ -477,10 +404,7 @@ __all__ = [
     "Int8Linear",
     "capture_decoder",
     "capture_refusal",
-    "choose_onednn",
     "guards_on_the_arguments",
     "int8_linears",
-    "onednn_int8_available",
-    "onednn_rows_faster",
     "own_step",
 ]

@@ -5,7 +5,8 @@ float32, depends on the CPU and on the model's shape, not on a flag one can read
 weights win on an AVX-512 EPYC and lose 20% at one sentence on a Xeon (docs/benchmarks.md, "Default
 decoding path"). So `choose_decoding_path` decodes a few greedy steps with the model itself in each
 path the CPU supports, for 1 and for 32 sentences, and keeps the fastest: the one whose times, each
-divided by the best time at its row count, sum least. Where plain weights decode one sentence faster
+divided by the best time at its row count, sum least; a packed path whose hypotheses are not
+its plain twin's on this CPU is never chosen. Where plain weights decode one sentence faster
 and packed ones a batch, a third path takes both (`with_plain_rows`): packed layers that multiply
 one-row inputs by the plain weights, kept beside the packed ones (twice the weight memory). bf16 is
 a candidate only where the CPU multiplies it natively (`runtime.precision`); its BLEU is within
@@ -110,7 +111,8 @@ def time_greedy_steps(model: nn.Module, paths: list[tuple[str, bool]], steps: in
                       repeats: int = 3) -> Timings:
     """Median seconds of greedy decoding `steps` tokens for 1 and for 32 random sources (each of
     ROWS) with a copy of `model` prepared in each path; the paths alternate, so a busy moment
-    costs them alike."""
+    costs them alike. A packed path whose hypotheses' log-probabilities are not its plain twin's
+    (`agree`) is left out: it is wrong on this CPU, however fast."""
     from ..decode.search import greedy  # decode imports runtime: import at call time
     from .prepare import prepare_for_decoding
 
@@ -121,17 +123,32 @@ def time_greedy_steps(model: nn.Module, paths: list[tuple[str, bool]], steps: in
     vocab = model.config.src_vocab_size
     generator = torch.Generator().manual_seed(0)
     out: Timings = {path: {} for path in paths}
+    wrong: set[tuple[str, bool]] = set()
     for rows in ROWS:
         src = torch.randint(4, vocab, (rows, 16), generator=generator)
         samples: dict[tuple[str, bool], list[float]] = {path: [] for path in paths}
+        found = {}
         for _ in range(repeats + 1):  # a warm-up run
             for path in paths:
                 start = time.perf_counter()
-                greedy(prepared[path], src, min_len=steps, max_len=steps)
+                found[path] = greedy(prepared[path], src, min_len=steps, max_len=steps)
                 samples[path].append(time.perf_counter() - start)
+        wrong |= {path for path in paths if not agree(found, path)}
         for path in paths:
             out[path][rows] = statistics.median(samples[path][1:])
-    return out
+    return {path: t for path, t in out.items() if path not in wrong}
+
+
+def agree(found: dict[tuple[str, bool], list], path: tuple[str, bool]) -> bool:
+    """Whether the greedy hypotheses `found` in `path` have the log-probabilities of those in
+    its plain twin (same precision), to 1e-3 of theirs in float32 and 2e-2 in bf16 (packed
+    weights compute the same products, in another order); a plain path is its own twin."""
+    twin = found.get((path[0], False))
+    if twin is None:
+        return True
+    tolerance = 1e-3 if path[0] == "fp32" else 2e-2
+    pairs = zip(found[path], twin, strict=True)
+    return all(abs(a.logprob - b.logprob) <= tolerance * (abs(b.logprob) + 1) for a, b in pairs)
 
 
 def fastest(timings: dict[Path_, dict[int, float]], margin: float = 1.0) -> Path_:

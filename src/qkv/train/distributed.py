@@ -3,6 +3,7 @@ DistributedDataParallel (NCCL on GPUs, gloo on CPUs). Rank 0 writes every file."
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import TypeVar
@@ -82,7 +83,13 @@ def all_gather(value: T, env: DistEnv) -> list[T]:
 
 def cleanup(env: DistEnv) -> None:
     """Leave the process group once every rank is done: a rank that tears its gloo group down while
-    another still uses it can be aborted ("terminate called without an active exception")."""
+    another still uses it can be aborted ("terminate called without an active exception"). The
+    caller drops its DistributedDataParallel first: its reducer holds the group and the work of
+    its last all-reduce, tensors that Python owns; left to the interpreter's exit, gloo's threads
+    free them after Python has gone, and the process aborts (SIGABRT). Collected here, they go
+    while Python runs."""
     if env.enabled and dist.is_initialized():
+        gc.collect()  # the dropped DistributedDataParallel (modules hold reference cycles)
         dist.barrier()
         dist.destroy_process_group()
+        gc.collect()

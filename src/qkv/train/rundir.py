@@ -333,12 +333,12 @@ class RunDirectory:
     def write_failed(self, step: int, what: str, e: OSError) -> TrainingError:
         """The error that stops a run whose output cannot be written (a full disk, ...)."""
         done = self.last_checkpoint()
-        last = f"the last good checkpoint is {done}" if done else "no checkpoint was written"
+        if done:
+            then = f"the last good checkpoint is {done}; make room and continue with --resume"
+        else:  # nothing to resume (and OUT removed where this run created it)
+            then = "no checkpoint was written; make room and run the same command again"
         reason = e.strerror or str(e)
-        return TrainingError(
-            f"step {step}: cannot write {what} in {self.path} ({reason}); {last}; "
-            "make room and continue with --resume"
-        )
+        return TrainingError(f"step {step}: cannot write {what} in {self.path} ({reason}); {then}")
 
 
 def _read_recipe(path: Path) -> dict[str, Any]:

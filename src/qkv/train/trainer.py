@@ -417,6 +417,7 @@ class Trainer:
             stopped_early = self._loop(training_log)
         p = self.progress
         result = TrainResult(self.out, p.step, p.best_step, p.best_metric, stopped_early, p.history)
+        self.ddp = None  # before the group goes (`cleanup`)
         cleanup(self.env)
         return result
 

@@ -35,7 +35,8 @@ LIMITS = {  # the integer `Limits` of `qkv serve`, each an option of the same na
     "max_chars": "characters of text per request",
     "max_sentences": "sentences (lines) per request",
     "max_beam": "beam and n-best per request",
-    "max_output_tokens": "max_len_b and min_len per request",
+    "max_output_tokens": "max_len_b and min_len per request, and the output length limit "
+    "(max_len_a x source tokens + max_len_b) beyond a sentence's source length",
     "max_decode_tokens": "beam x output length limit, summed over a request's sentences",
     "long_request_tokens": "requests that may decode more (as above) have a decoding thread of "
     "their own",

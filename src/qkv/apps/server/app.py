@@ -82,6 +82,7 @@ def create_app(
     app.state.service = svc
     # `serve` abandons the work left when out of time to drain: how many requests it fails
     app.state.abandon = svc.abandon
+    app.state.drain = svc.drain  # and tells it when the drain starts
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,

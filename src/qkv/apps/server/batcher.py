@@ -56,6 +56,7 @@ class Job:
     alignment: bool = False
     ids: list[list[int]] | None = None  # the texts' source ids (`Translator.encode`), if known
     constraints: list[Constraints] | None = None  # the glossary's terms of each text, if any
+    cut: dict[int, int] = field(default_factory=dict)  # text -> its tokens, where ids are cut
     future: Future[list[Translation]] = field(default_factory=Future)
     results: list[Translation | None] = field(init=False)
     waiting: int = field(init=False)  # sentences not yet translated
@@ -74,6 +75,7 @@ class BatchStats:
     source_tokens: int
     target_tokens: int
     seconds: float
+    steps: int = 0  # sentence-steps: each sentence counted at each step it was decoded
 
 
 class Batcher:
@@ -208,6 +210,13 @@ class Batcher:
     def _decode_batch(self, group: _Group, live: list[int]) -> None:
         """Decode sentences `live` of a group; settle each job whose last sentence this was."""
         owners = [group.sentences[k][0] for k in live]
+        steps = 0
+
+        def abandoned(row: int) -> bool:  # asked about each sentence at each step
+            nonlocal steps
+            steps += 1
+            return owners[row].future.done()
+
         start = time.perf_counter()
         try:
             results = group.translator.translate_batch(
@@ -215,7 +224,7 @@ class Batcher:
                 group.options,
                 attention=any(job.attention for job in owners),
                 alignment=any(job.alignment for job in owners),
-                abandoned=lambda r: owners[r].future.done(),
+                abandoned=abandoned,
                 constraints=None
                 if group.constraints is None
                 else [group.constraints[k] for k in live],
@@ -230,7 +239,8 @@ class Batcher:
             done = [r for r in results if r is not None]
             sources = sum(len(group.ids[k]) + 1 for k in live)
             targets = sum(len(r.tokens) + 1 for r in done)
-            self.on_batch(BatchStats(group.pair, len(live), sources, targets, seconds))
+            stats = BatchStats(group.pair, len(live), sources, targets, seconds, steps)
+            self.on_batch(stats)
         for k, result in zip(live, results, strict=True):
             job, i = group.sentences[k]
             if result is None:  # dropped: its caller gave up

@@ -14,7 +14,9 @@ class Limits:
     max_chars: int = 10_000  # characters of text in one request (413)
     max_sentences: int = 128  # sentences (lines) in one request (413)
     max_beam: int = 16  # beam and n-best (400)
-    max_output_tokens: int = 512  # max_len_b and min_len of a request (400)
+    # max_len_b and min_len of a request, and its output length limits beyond each sentence's
+    # source length (max_len_a * source tokens + max_len_b - source tokens) (400)
+    max_output_tokens: int = 512
     # beam * output length limit (max_len_a * source tokens + max_len_b), summed over the
     # sentences: the most decoding a request may ask for (413)
     max_decode_tokens: int = 131_072

@@ -7,6 +7,8 @@
     qkv_sentences_total{pair}               sentences translated
     qkv_source_tokens_total{pair}           their subword tokens (eos included)
     qkv_target_tokens_total{pair}           the tokens written (eos included)
+    qkv_sentence_steps_total{pair}          decoding steps, each sentence counted at each of its
+                                            steps (a sentence dropped stops adding to it)
     qkv_batch_sentences                     sentences per decoded batch (how much batching helps)
     qkv_batch_seconds                       decoding time per batch
 """
@@ -45,6 +47,9 @@ class Metrics:
         self.target_tokens = Counter(
             "qkv_target_tokens", "Target subword tokens written", ["pair"], registry=r
         )
+        self.sentence_steps = Counter(
+            "qkv_sentence_steps", "Decoding steps, per sentence decoded", ["pair"], registry=r
+        )
         self.batch_sentences = Histogram(
             "qkv_batch_sentences", "Sentences per decoded batch", buckets=BATCH_BUCKETS, registry=r
         )
@@ -61,6 +66,7 @@ class Metrics:
         self.sentences.labels(stats.pair).inc(stats.sentences)
         self.source_tokens.labels(stats.pair).inc(stats.source_tokens)
         self.target_tokens.labels(stats.pair).inc(stats.target_tokens)
+        self.sentence_steps.labels(stats.pair).inc(stats.steps)
         self.batch_sentences.observe(stats.sentences)
         self.batch_seconds.observe(stats.seconds)
 

@@ -147,6 +147,8 @@ def serve(
         abandoned.append(app.state.abandon(error))
 
     def start_clock(signum: int) -> None:
+        if hasattr(app.state, "drain"):
+            app.state.drain()
         timer = threading.Timer(grace, abandon)
         timer.daemon = True
         timer.start()

@@ -84,6 +84,7 @@ class Service:
     split: str = "sentences"  # how /translate cuts a text: "sentences" (of each line) or "lines"
     glossary: Glossary | None = None  # the server's terms, for every request
     files: FileStore = field(default_factory=FileStore)  # translated files to download
+    draining: bool = False  # stopping: what is in flight is answered, nothing outlives it
 
     @classmethod
     def create(
@@ -137,6 +138,11 @@ class Service:
         """Stops the lanes once the requests in flight are answered."""
         for lane in self.lanes:
             await asyncio.to_thread(lane.stop)
+
+    def drain(self) -> None:
+        """The server stops (SIGTERM): the requests in flight are answered, but no download link
+        is handed out, as its file would go with the process (uvicorn accepts no connection)."""
+        self.draining = True
 
     def abandon(self, error: BaseException) -> int:
         """Fails the queued and running requests with `error`; how many there were."""
@@ -224,7 +230,8 @@ class Service:
                     f"{name} {getattr(o, name)} is over this server's limit of "
                     f"{limits.max_output_tokens} output tokens (--max-output-tokens)",
                 )
-        ids = model.translator.encode(texts)
+        ids, lengths = model.translator.encode_counting(texts)
+        cut = {i: n for i, (x, n) in enumerate(zip(ids, lengths, strict=True)) if n > len(x)}
         constraints = self._constraints(model, o, texts, glossary, terms)
         work = sum(  # beam search, and the constrained search of a sentence with terms
             (o.beam + (search_width(o.beam, c) if c else 0)) * o.max_output_length(len(x))
@@ -238,7 +245,17 @@ class Service:
                 f"{limits.max_decode_tokens} (--max-decode-tokens): send fewer sentences, a "
                 "smaller beam or max_len_b",
             )
-        return Job(model.pair, texts, o, attention, alignment, ids, constraints), work
+        for i, x in enumerate(ids):  # max_len_a too: the output beyond the source's length
+            if o.max_output_length(len(x)) > len(x) + limits.max_output_tokens:
+                raise HTTPError(
+                    400,
+                    f"max_len_a {o.max_len_a} with max_len_b {o.max_len_b} lets sentence {i} "
+                    f"({len(x)} source tokens) write {o.max_output_length(len(x))} tokens, over "
+                    f"this server's limit of its length + {limits.max_output_tokens} "
+                    "(--max-output-tokens)",
+                )
+        job = Job(model.pair, texts, o, attention, alignment, ids, constraints, cut=cut)
+        return job, work
 
     def _constraints(
         self,

@@ -123,6 +123,10 @@ async def translate_file(
     model = svc.resolve(source, target)
     kind = "text" if suffix == ".txt" else "html"
     [translated], _ = await _translate_texts(request, svc, model, [text], kind)
+    if svc.draining:  # the link would be dead at once: the file goes with the process
+        raise HTTPError(
+            503, f"the server is stopping: {name} could not be downloaded from it; send it again"
+        )
     stored = svc.files.put(name, translated.encode("utf-8"), _client(request))
     url = f"{request.base_url}download_file/{quote(stored, safe='')}"
     return JSONResponse({"translatedFileUrl": url})

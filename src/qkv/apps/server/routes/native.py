@@ -82,6 +82,9 @@ class NativeResponse(BaseModel):
     source: str
     target: str
     translations: list[NativeTranslation]
+    warnings: list[str] | None = Field(
+        None, description="texts longer than --max-src-tokens: only their start was translated"
+    )
 
 
 @router.post(
@@ -102,16 +105,23 @@ async def native(request: Request, svc: Annotated[Service, Depends(service)]) ->
     o, terms = _options(svc, req)
     if req.format == "html":
         translations = await _documents(request, svc, model, texts, o, terms)
-    else:
-        if req.split == "sentences":
-            texts = [s for text in texts for s in split_sentences(text, model.source).sentences]
-            svc.check_size(texts)
-        job, work = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
-        results = await svc.translate(request, job, work)
-        translations = [_native(r, req.attention, req.alignment) for r in results]
-    return JSONResponse(
-        {"source": model.source, "target": model.target, "translations": translations}
-    )
+        answer = {"source": model.source, "target": model.target, "translations": translations}
+        return JSONResponse(answer)
+    if req.split == "sentences":
+        texts = [s for text in texts for s in split_sentences(text, model.source).sentences]
+        svc.check_size(texts)
+    job, work = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
+    results = await svc.translate(request, job, work)
+    translations = [_native(r, req.attention, req.alignment) for r in results]
+    answer = {"source": model.source, "target": model.target, "translations": translations}
+    room = model.translator.max_src_tokens - 1
+    if job.cut:  # as the command line warns
+        answer["warnings"] = [
+            f"text {i} has {n} subword tokens: only its first {room} were translated "
+            "(--max-src-tokens)"
+            for i, n in sorted(job.cut.items())
+        ]
+    return JSONResponse(answer)
 
 
 def _options(svc: Service, req: NativeRequest) -> tuple[DecodeOptions, Glossary | None]:
