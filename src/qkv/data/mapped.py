@@ -4,10 +4,11 @@ the memory of a small one.
 A `TokenArray` is a list of id sequences stored as one flat array of ids (`NAME.bin`, raw
 little-endian: uint16 when every id fits, else int32) and an index of offsets (`NAME.idx.npy`,
 (N+1,) int64): sequence i is ids[offsets[i]:offsets[i+1]]. A `TextLines` is the same for UTF-8
-text (`NAME.bin` the bytes, `NAME.idx.npy` the byte offsets). This is the layout of fairseq's
-memory-mapped indexed datasets, in numpy's own formats: nothing is unpickled, the operating
-system's page cache shares the files between processes (every torchrun rank maps the same pages),
-and a process's memory holds only the lengths and what a batch reads.
+text (`NAME.bin` the bytes, each text followed by a newline; `NAME.idx.npy` the byte offsets).
+This is the layout of fairseq's memory-mapped indexed datasets, in numpy's own formats: nothing
+is unpickled, the operating system's page cache shares the files between processes (every
+torchrun rank maps the same pages), and a process's memory holds only the lengths and what a
+batch reads.
 
 `SequenceWriter` appends sequences chunk by chunk, so that nothing is held whole while writing.
 """
@@ -22,6 +23,7 @@ import numpy as np
 
 INDEX_SUFFIX = ".idx.npy"
 DATA_SUFFIX = ".bin"
+BLOCK = 10_000  # texts read with one decode when iterating
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
@@ -51,7 +53,9 @@ class SequenceWriter:
         self._lengths.append(lengths)
 
     def add_texts(self, texts: Iterable[str]) -> None:
-        encoded = [text.encode("utf-8") for text in texts]
+        """Texts without a newline, each stored with one after it (a block of them reads back
+        with one decode and one split)."""
+        encoded = [text.encode("utf-8") + b"\n" for text in texts]
         self._data.write(b"".join(encoded))
         self._lengths.append(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
 
@@ -99,7 +103,7 @@ class TokenArray(Sequence[list[int]]):
 
 
 class TextLines(Sequence[str]):
-    """UTF-8 texts mapped from disk: `lines[i]` is text i."""
+    """UTF-8 texts mapped from disk, each stored with a newline after it: `lines[i]` is text i."""
 
     def __init__(self, directory: Path, name: str) -> None:
         self.offsets, self.data = _map(directory, name, np.dtype(np.uint8))
@@ -110,13 +114,27 @@ class TextLines(Sequence[str]):
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        return self.data[self.offsets[i] : self.offsets[i + 1]].tobytes().decode("utf-8")
+        return self.data[self.offsets[i] : self.offsets[i + 1] - 1].tobytes().decode("utf-8")
+
+    def block(self, start: int, stop: int) -> list[str]:
+        """Texts start..stop-1, read with one decode."""
+        if stop <= start:
+            return []
+        raw = self.data[self.offsets[start] : self.offsets[stop]].tobytes()
+        return raw.decode("utf-8").split("\n")[:-1]
 
     def __iter__(self) -> Iterator[str]:
-        return (self[i] for i in range(len(self)))
+        for start in range(0, len(self), BLOCK):
+            yield from self.block(start, min(start + BLOCK, len(self)))
 
     def chunks(self, size: int, rows: np.ndarray | None = None) -> Iterator[list[str]]:
-        """The texts (of `rows`, default all, in that order) in lists of at most `size`."""
-        rows = np.arange(len(self)) if rows is None else rows
+        """The texts (of `rows`, ascending, default all) in lists of at most `size`."""
+        if rows is None:
+            for start in range(0, len(self), size):
+                yield self.block(start, min(start + size, len(self)))
+            return
         for start in range(0, len(rows), size):
-            yield [self[int(i)] for i in rows[start : start + size]]
+            part = np.asarray(rows[start : start + size])
+            if len(part):
+                texts = self.block(int(part[0]), int(part[-1]) + 1)
+                yield [texts[i] for i in (part - part[0]).tolist()]

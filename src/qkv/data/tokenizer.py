@@ -37,7 +37,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +73,11 @@ CJK_FRACTION = 0.01  # above this fraction of CJK characters, the text counts as
 def auto_character_coverage(texts: Iterable[str]) -> float:
     """0.9995 for text in which more than 1% of the non-space characters are CJK, else 1.0."""
     n_cjk = n_chars = 0
-    for text in texts:
-        n_cjk += len(_CJK.findall(text))
-        n_chars += len(text) - text.count(" ")
+    texts = iter(texts)
+    while batch := list(islice(texts, 10_000)):  # one regex over many texts: a corpus goes fast
+        joined = "".join(batch)
+        n_cjk += len(_CJK.findall(joined))
+        n_chars += len(joined) - joined.count(" ")
     return 0.9995 if n_cjk > CJK_FRACTION * max(n_chars, 1) else 1.0
 
 
