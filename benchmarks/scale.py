@@ -9,6 +9,8 @@ repository), and times `qkv train` with a tiny model and `--max_steps 3`:
 
 - first: prepared data made from scratch (its own --prepared_dir under --work);
 - second: another --out on the same files and settings, so the prepared data is found;
+- sampling: the second run with `--subword_dropout 0.1`: it draws the first epoch's segmentation
+  (SentencePiece's unigram sampling) from the mapped text before its first update;
 - in memory: the same command in another checkout (--old-tree: a tree whose `qkv train` holds the
   corpus in Python lists, e.g. `git worktree add --detach /tmp/qkv-old 1ab8782`);
 - with --ranks-at: the first and second run again as 2 gloo ranks (torchrun), RSS per rank and summed.
@@ -134,7 +136,7 @@ def measure(args: argparse.Namespace, size: float) -> list[dict]:
     src, tgt = build_corpus(args.data_dir, args.work, pairs)
     rows = []
     env = {**os.environ, "PYTHONPATH": str(Path.cwd() / "src")}
-    runs = [("first", 1), ("second", 1)]
+    runs = [("first", 1), ("second", 1), ("sampling", 1)]
     if size in (args.ranks_at or []):
         runs += [("first", 2), ("second", 2)]
     for name, ranks in runs:
@@ -143,7 +145,10 @@ def measure(args: argparse.Namespace, size: float) -> list[dict]:
             subprocess.run(["rm", "-rf", str(prep)], check=True)
         out = work / f"out-{name}-{ranks}"
         subprocess.run(["rm", "-rf", str(out)], check=True)
-        row = timed_run(train_command(src, tgt, args.data_dir, out, prep, ranks), out, env)
+        command = train_command(src, tgt, args.data_dir, out, prep, ranks)
+        if name == "sampling":  # the first epoch's segmentation drawn (unigram sampling)
+            command += ["--subword_dropout", "0.1"]
+        row = timed_run(command, out, env)
         rows.append({"pairs": pairs, "path": "prepared", "run": name, "ranks": ranks, **row,
                      "disk_mib": disk_mib(prep)})
         print(json.dumps(rows[-1]), flush=True)
