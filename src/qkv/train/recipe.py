@@ -43,12 +43,18 @@ TASK_DATA_KEYS = {
         "valid_src",
         "valid_tgt",
         "valid_tsv",
+        "init_from",
     ),
     "lm": ("corpus", "train_text", "valid_text"),
     "mlm": ("corpus", "train_text", "valid_text"),
     "classify": ("train_tsv", "valid_tsv", "init_from"),
 }
 
+
+# the defaults of a translation run that starts from a trained model (init_from), where the
+# recipe does not set them: a peak rate and a warm-up for adapting a model, not for training one
+# from scratch (docs/training.md, "Start from a trained model")
+FINE_TUNE_DEFAULTS: dict[str, Any] = {"lr": 1e-4, "warmup": 100}
 
 # keys that must be positive
 POSITIVE_KEYS = (
@@ -82,7 +88,9 @@ class TrainConfig:
     # number words)
     train_text: str | None = None
     valid_text: str | None = None
-    # classify: start from this mlm model directory (its tokenizer, shape and encoder weights)
+    # start from a trained model: translate: a qkv translation model directory, a Marian (OPUS-MT)
+    # directory or a Hub name hf:ORG/NAME[@REV] (its tokenizer, shape and weights;
+    # qkv.train.init); classify: an mlm model directory (its tokenizer, shape and encoder weights)
     init_from: str | None = None
     # --- data: a named corpus, your own files, or the built-in synthetic corpus
     corpus: str | None = None  # "multi30k", "tatoeba-zh-en", "synthetic"; None: the files below
@@ -410,6 +418,8 @@ def load_train_config(
         )
     model = {**(data.get("model") or {}), **override_model}
     merged = {**data, **overrides}
+    if merged.get("init_from") is not None and merged.get("task", "translate") == "translate":
+        merged = {**FINE_TUNE_DEFAULTS, **merged}
     if model:
         merged["model"] = model
     return TrainConfig.from_dict(merged)

@@ -16,12 +16,14 @@ from ...data.batching import Batch, TokenBatchSampler, collate, pad_sequences
 from ...decode.search import DEFAULT_MAX_LEN_B, greedy
 from ...model import Transformer
 from ...model.rnn import RNNSearch
+from ..init import InitModel, load_init
 from ..loss import TranslationLoss
 from ..prepare import (
     EncodedData,
     prepare_data,
     sample_segmentation,
 )
+from ..recipe import TrainConfig
 from .base import Task, fingerprint
 
 log = logging.getLogger("qkv.train")
@@ -37,8 +39,21 @@ class TranslationTask(Task[Pairs, Batch]):
     metrics = ("valid_loss", "valid_ppl", "valid_bleu")
     data: EncodedData
 
+    def __init__(self, cfg: TrainConfig) -> None:
+        super().__init__(cfg)
+        # the model to start from, read (and checked) before the run creates OUT
+        self.init: InitModel | None = None
+        if cfg.init_from is not None:
+            self.init = load_init(cfg.init_from, cfg.model)
+
     def prepare(self, out: Path, train_tokenizer: bool, tokenizer_dir: Path | None = None) -> None:
+        if self.init is not None and train_tokenizer:  # the model's tokenizer, not a new one
+            self.init.write_tokenizer(out)
+            train_tokenizer = False
         self.data = prepare_data(self.cfg, out, train_tokenizer, tokenizer_dir)
+
+    def starts_trained(self) -> bool:
+        return self.init is not None
 
     def train_lengths(self) -> tuple[list[int], list[int]]:
         return [len(s) for s in self.data.train_src], [len(t) for t in self.data.train_tgt]
@@ -90,7 +105,9 @@ class TranslationTask(Task[Pairs, Batch]):
     def count(self, batch: Batch) -> int:
         return batch.n_tgt_tokens
 
-    def build_model(self) -> Transformer | RNNSearch:
+    def build_model(self) -> nn.Module:
+        if self.init is not None:
+            return self.init.build()
         tok = self.tokenizer
         config = self.cfg.model_config(tok.src_vocab_size, tok.tgt_vocab_size)
         return RNNSearch(config) if config.arch == "rnn" else Transformer(config)
@@ -132,7 +149,12 @@ class TranslationTask(Task[Pairs, Batch]):
         return metric.corpus_score(texts, [d.valid.tgt[:k]]).score
 
     def metadata(self) -> dict[str, Any]:
-        return {}  # config.json of a translation model: the architecture says it all
+        """config.json of a translation model: the architecture says it all; a run from a trained
+        model adds where it started, and that model's languages unless the recipe gives them."""
+        if self.init is None:
+            return {}
+        languages = {} if self.cfg.languages() else self.init.languages
+        return {"init_from": self.init.origin, **languages}
 
 
 # --- monolingual text: lm and mlm ----------------------------------------------------------------

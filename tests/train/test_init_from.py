@@ -1,0 +1,238 @@
+"""`qkv train --init_from MODEL` for translation: a run starts from the weights of a qkv model
+directory, a Marian (OPUS-MT) directory or a Hub name, keeps the model's tokenizer files and shape,
+and records where it started.
+
+Oracle: `transformers` itself. The first validation (step 0) of a run from an OPUS-MT-shaped model
+is the Marian model's own loss on the validation pairs (MarianMTModel with labels, no label
+smoothing); a fine-tuned model exported with `qkv export marian` translates under transformers'
+greedy `generate` as qkv's greedy search does.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from marian_models import EN_WORDS, FR_WORDS, SHA, build_marian_dir, hub_cache, transformers
+from qkv.apps.translator import Translator
+from qkv.data.tokenizer import SubwordTokenizer
+from qkv.decode.options import DecodeOptions
+from qkv.interop.marian import convert_marian
+from qkv.interop.marian_export import export_marian
+from qkv.model import EncoderOnly
+from qkv.modeldir import TOKENIZER_FILES, load_config, save_model_dir
+from qkv.train import Trainer, load_train_config
+from qkv.train.checkpoints import checkpoint_dir
+
+TOKENIZER_NAMES = [name for name in TOKENIZER_FILES if name != "spm.model"]  # separate sides
+
+
+def _pairs(n: int, seed: int) -> tuple[list[str], list[str]]:
+    rng = random.Random(seed)
+    src = [" ".join(rng.choices(EN_WORDS, k=rng.randint(3, 9))) for _ in range(n)]
+    tgt = [" ".join(rng.choices(FR_WORDS, k=rng.randint(3, 9))) for _ in range(n)]
+    return src, tgt
+
+
+def write_pairs(directory: Path, name: str, n: int, seed: int) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    src, tgt = _pairs(n, seed)
+    paths = directory / f"{name}.en", directory / f"{name}.fr"
+    for path, lines in zip(paths, (src, tgt), strict=True):
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_marian_dir(tmp_path_factory.mktemp("marian") / "opus-mt-en-fr", separate=False)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("data")
+    train = write_pairs(root, "train", 60, seed=10)
+    valid = write_pairs(root, "valid", 12, seed=11)
+    return {"train_src": str(train[0]), "train_tgt": str(train[1]),
+            "valid_src": str(valid[0]), "valid_tgt": str(valid[1])}
+
+
+def fine_tune_recipe(init_from: str | Path, data: dict[str, str], **overrides: Any) -> Any:
+    base: dict[str, Any] = {
+        **data, "init_from": str(init_from), "max_tokens": 300, "max_steps": 3, "valid_every": 1,
+        "log_every": 1, "valid_bleu": False, "valid_metric": "loss", "label_smoothing": 0.0,
+        "tensorboard": False, "threads": 1, "precision": "fp32", "lr": 1e-3, "warmup": 2,
+    }
+    return load_train_config(None, {**base, **overrides})
+
+
+def marian_valid_loss(marian: Path, data: dict[str, str]) -> float:
+    """The Marian model's mean token loss (eos included) on the validation pairs, by transformers."""
+    model = transformers.MarianMTModel.from_pretrained(marian).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(marian)
+    src = Path(data["valid_src"]).read_text(encoding="utf-8").splitlines()
+    tgt = Path(data["valid_tgt"]).read_text(encoding="utf-8").splitlines()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for s, t in zip(src, tgt, strict=True):
+            batch = tokenizer([s], text_target=[t], return_tensors="pt")
+            n = batch["labels"].numel()
+            total += float(model(**batch).loss) * n
+            count += n
+    return total / count
+
+
+def first_validation(out: Path) -> dict[str, str]:
+    with open(out / "log.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["step"] == "0"
+    return rows[0]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- starting weights, tokenizer, provenance ---------------------------------------------------
+def test_a_run_from_a_marian_directory_starts_from_its_weights(
+    marian: Path, data: dict[str, str], tmp_path: Path
+) -> None:
+    result = Trainer(fine_tune_recipe(marian, data), tmp_path / "ft").train()
+    assert result.history[0]["step"] == 0
+    assert result.history[0]["valid_loss"] == pytest.approx(marian_valid_loss(marian, data), rel=1e-5)
+    assert result.step == 3
+    converted = convert_marian(marian, tmp_path / "converted")
+    for name in TOKENIZER_NAMES:
+        assert (tmp_path / "ft" / name).read_bytes() == (converted / name).read_bytes(), name
+        assert (checkpoint_dir(tmp_path / "ft", 3) / name).read_bytes() == (converted / name).read_bytes()
+    _, config, meta = load_config(tmp_path / "ft")
+    assert config == load_config(converted)[1]  # the shape and the rest: the model's
+    assert meta["init_from"] == {"name": str(marian), "revision": None,
+                                 "sha256": sha256(marian / "model.safetensors")}
+    assert (meta["src_lang"], meta["tgt_lang"]) == ("en", "fr")
+
+
+def test_a_run_from_a_qkv_directory_starts_from_its_weights(
+    marian: Path, data: dict[str, str], tmp_path: Path
+) -> None:
+    source = convert_marian(marian, tmp_path / "qkv-model")
+    cfg = fine_tune_recipe(source, data, model={"dropout": 0.3}, max_steps=1)
+    result = Trainer(cfg, tmp_path / "ft").train()
+    assert result.history[0]["valid_loss"] == pytest.approx(marian_valid_loss(marian, data), rel=1e-5)
+    for name in TOKENIZER_NAMES:
+        assert (tmp_path / "ft" / name).read_bytes() == (source / name).read_bytes(), name
+    _, config, meta = load_config(tmp_path / "ft")
+    assert config == load_config(source)[1].replace(dropout=0.3)  # dropout may change
+    assert meta["init_from"]["sha256"] == sha256(source / "model.safetensors")
+
+
+def qkv_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp / "hub"), "HF_HUB_OFFLINE": "1",
+           "QKV_CACHE_DIR": str(tmp / "qkv-cache")}
+    return subprocess.run([sys.executable, "-m", "qkv", *args], env=env, text=True,
+                          capture_output=True, timeout=300)
+
+
+def test_a_run_from_a_hub_name_starts_from_its_weights_offline(
+    marian: Path, data: dict[str, str], tmp_path: Path
+) -> None:
+    hub_cache(tmp_path / "hub", "test-org/opus-mt-tiny", marian)
+    flags = [f"--{k}={v}" for k, v in data.items()]
+    common = [*flags, "--max_steps", "1", "--valid_bleu", "false", "--valid_metric", "loss",
+              "--label_smoothing", "0", "--precision", "fp32", "--tensorboard", "false"]
+    r = qkv_cli(tmp_path, "train", "--init_from", "hf:test-org/opus-mt-tiny", "--out",
+                str(tmp_path / "ft"), *common)
+    assert r.returncode == 0, r.stderr
+    loss = float(first_validation(tmp_path / "ft")["valid_loss"])
+    assert loss == pytest.approx(marian_valid_loss(marian, data), rel=1e-5)
+    meta = load_config(tmp_path / "ft")[2]
+    assert meta["init_from"] == {"name": "hf:test-org/opus-mt-tiny", "revision": SHA,
+                                 "sha256": sha256(marian / "model.safetensors")}
+    recipe = (tmp_path / "ft" / "train_config.yaml").read_text()
+    assert "lr: 0.0001" in recipe and "warmup: 100" in recipe  # the fine-tuning defaults
+    r = qkv_cli(tmp_path, "train", "--init_from", "hf:test-org/absent", "--out",
+                str(tmp_path / "absent"), *common)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("qkv train: error:")]
+    assert r.returncode == 2 and len(errors) == 1 and "not in the Hugging Face cache" in errors[0]
+    assert not (tmp_path / "absent").exists()
+
+
+# --- refusals, before any directory is made ------------------------------------------------------
+def test_a_shape_changing_model_key_is_refused_before_any_directory(
+    marian: Path, data: dict[str, str], tmp_path: Path
+) -> None:
+    for key, value in (("d_model", 64), ("n_encoder_layers", 3), ("activation", "relu")):
+        cfg = fine_tune_recipe(marian, data, model={key: value})
+        with pytest.raises(ValueError, match=f"model.{key}=.*keeps its shape"):
+            Trainer(cfg, tmp_path / "ft")
+        assert not (tmp_path / "ft").exists()
+
+
+def test_bad_models_are_refused_in_one_line_before_any_directory(
+    marian: Path, data: dict[str, str], tmp_path: Path
+) -> None:
+    mlm = EncoderOnly(load_config(convert_marian(marian, tmp_path / "conv"))[1])
+    save_model_dir(tmp_path / "mlm", mlm, task="mlm")
+    broken = tmp_path / "broken"
+    shutil.copytree(marian, broken)
+    weights = load_file(broken / "model.safetensors")
+    name = "model.encoder.layers.0.fc1.weight"
+    weights[name][0, 0] = float("nan")
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    cases = {
+        tmp_path / "mlm": "holds a encoder_only model, task 'mlm'; task 'translate' starts from",
+        broken: "holds NaN or infinite values",
+        tmp_path / "nothing": "no such directory",
+    }
+    for source, message in cases.items():
+        with pytest.raises(ValueError, match=message) as e:
+            Trainer(fine_tune_recipe(source, data), tmp_path / "ft")
+        assert "\n" not in str(e.value) and str(source) in str(e.value)
+        assert not (tmp_path / "ft").exists()
+
+
+# --- resume and export ---------------------------------------------------------------------------
+def test_a_fine_tune_resumes_exactly(marian: Path, data: dict[str, str], tmp_path: Path) -> None:
+    dropout = {"model": {"dropout": 0.1}}
+    Trainer(fine_tune_recipe(marian, data, max_steps=5, **dropout), tmp_path / "full").train()
+    Trainer(fine_tune_recipe(marian, data, max_steps=2, **dropout), tmp_path / "split").train()
+    result = Trainer(fine_tune_recipe(marian, data, max_steps=5, **dropout), tmp_path / "split",
+                     resume=True).train()
+    assert result.step == 5 and [h["step"] for h in result.history] == [0, 1, 2, 3, 4, 5]
+    full = load_file(checkpoint_dir(tmp_path / "full", 5) / "model.safetensors")
+    split = load_file(checkpoint_dir(tmp_path / "split", 5) / "model.safetensors")
+    assert full.keys() == split.keys()
+    for name in full:
+        assert torch.equal(full[name], split[name]), name
+
+
+def test_an_exported_fine_tune_translates_as_qkv_does(
+    marian: Path, data: dict[str, str], tmp_path: Path
+) -> None:
+    Trainer(fine_tune_recipe(marian, data, max_steps=4), tmp_path / "ft").train()
+    export_marian(tmp_path / "ft", tmp_path / "exported")
+    texts = _pairs(6, seed=12)[0]
+    model = transformers.MarianMTModel.from_pretrained(tmp_path / "exported").eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(tmp_path / "exported")
+    theirs = []
+    for text in texts:
+        batch = tokenizer([text], return_tensors="pt")
+        row = model.generate(**batch, num_beams=1, do_sample=False,
+                             max_length=batch["input_ids"].size(1) + 51)[0]
+        theirs.append(tokenizer.decode(row, skip_special_tokens=True))
+    ours = Translator.load(tmp_path / "ft").translate(texts, DecodeOptions(beam=1))
+    assert ours == theirs
+    assert json.loads((tmp_path / "exported" / "config.json").read_text())["model_type"] == "marian"
+    assert SubwordTokenizer.load(tmp_path / "ft").src_vocab_size == tokenizer.vocab_size
