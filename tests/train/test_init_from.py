@@ -35,6 +35,7 @@ from qkv.model import EncoderOnly
 from qkv.modeldir import TOKENIZER_FILES, load_config, save_model_dir
 from qkv.train import Trainer, load_train_config
 from qkv.train.checkpoints import checkpoint_dir
+from qkv.train.freeze import group_of
 
 TOKENIZER_NAMES = [name for name in TOKENIZER_FILES if name != "spm.model"]  # separate sides
 
@@ -236,3 +237,25 @@ def test_an_exported_fine_tune_translates_as_qkv_does(
     assert ours == theirs
     assert json.loads((tmp_path / "exported" / "config.json").read_text())["model_type"] == "marian"
     assert SubwordTokenizer.load(tmp_path / "ft").src_vocab_size == tokenizer.vocab_size
+
+
+# --- freezing ----------------------------------------------------------------------------------
+def test_frozen_parts_leave_training_bit_for_bit(marian: Path, data: dict[str, str], tmp_path: Path) -> None:
+    start = load_file(convert_marian(marian, tmp_path / "conv") / "model.safetensors")
+    cfg = fine_tune_recipe(marian, data, freeze="embeddings,encoder", max_steps=3)
+    assert cfg.freeze == ("embeddings", "encoder")
+    Trainer(cfg, tmp_path / "ft").train()
+    end = load_file(checkpoint_dir(tmp_path / "ft", 3) / "model.safetensors")
+    assert end.keys() == start.keys()
+    groups = {name: group_of(name) for name in start}
+    assert {"embeddings", "encoder", "decoder", "output"} <= set(groups.values())
+    for name, group in groups.items():
+        if group in ("embeddings", "encoder"):
+            assert torch.equal(end[name], start[name]), name
+        else:
+            assert not torch.equal(end[name], start[name]), name  # trained
+
+
+def test_freeze_names_known_parts(marian: Path, data: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="freeze: no part 'attention'; choose from embeddings"):
+        fine_tune_recipe(marian, data, freeze="attention")

@@ -16,6 +16,7 @@ from ..config import PRESETS, TransformerConfig, dataclass_from_dict
 from ..runtime.precision import PRECISIONS
 from ..runtime.process import TRAINING_PRIMITIVE_CACHE
 from .distributed import resolve_device
+from .freeze import FREEZE_GROUPS
 from .schedule import lr_multiplier
 
 # each task's validation metrics, by which the best model is kept (the first is the default)
@@ -92,6 +93,12 @@ class TrainConfig:
     # directory or a Hub name hf:ORG/NAME[@REV] (its tokenizer, shape and weights;
     # qkv.train.init); classify: an mlm model directory (its tokenizer, shape and encoder weights)
     init_from: str | None = None
+    # translate: the parts of the model training leaves as they are (qkv.train.freeze):
+    # embeddings, encoder, decoder, output; on the command line --freeze embeddings,encoder
+    freeze: tuple[str, ...] = ()
+    # translate from a trained model: refuse its tokenizer when more than this fraction of the
+    # training pieces of a side are unknown to it (qkv.train.coverage)
+    max_unk_rate: float = 0.01
     # --- data: a named corpus, your own files, or the built-in synthetic corpus
     corpus: str | None = None  # "multi30k", "tatoeba-zh-en", "synthetic"; None: the files below
     src_lang: str | None = None
@@ -188,6 +195,7 @@ class TrainConfig:
         self._check_optimisation()
         self._check_data()
         self._check_model()
+        self._check_adaptation()
 
     def _check_choices(self) -> None:
         """The keys that name one of a few choices."""
@@ -297,6 +305,20 @@ class TrainConfig:
         _check(
             arch == "transformer" or self.task == "translate",
             f"model.arch {arch!r} is an encoder-decoder: it trains on task 'translate'",
+        )
+
+    def _check_adaptation(self) -> None:
+        """The keys that adapt a model: freeze, max_unk_rate."""
+        for group in self.freeze:
+            choices = ", ".join(FREEZE_GROUPS)
+            _check(group in FREEZE_GROUPS, f"freeze: no part {group!r}; choose from {choices}")
+        _check(
+            not self.freeze or self.task == "translate",
+            f"freeze is for task 'translate', not {self.task!r}",
+        )
+        _check(
+            0.0 <= self.max_unk_rate <= 1.0,
+            f"max_unk_rate must be in [0, 1], got {self.max_unk_rate}",
         )
 
     def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
@@ -418,6 +440,8 @@ def load_train_config(
         )
     model = {**(data.get("model") or {}), **override_model}
     merged = {**data, **overrides}
+    if isinstance(merged.get("freeze"), str):  # --freeze embeddings,encoder
+        merged["freeze"] = [g.strip() for g in merged["freeze"].split(",") if g.strip()]
     if merged.get("init_from") is not None and merged.get("task", "translate") == "translate":
         merged = {**FINE_TUNE_DEFAULTS, **merged}
     if model:

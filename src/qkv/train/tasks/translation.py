@@ -16,6 +16,7 @@ from ...data.batching import Batch, TokenBatchSampler, collate, pad_sequences
 from ...decode.search import DEFAULT_MAX_LEN_B, greedy
 from ...model import Transformer
 from ...model.rnn import RNNSearch
+from ..freeze import freeze
 from ..init import InitModel, load_init
 from ..loss import TranslationLoss
 from ..prepare import (
@@ -106,11 +107,17 @@ class TranslationTask(Task[Pairs, Batch]):
         return batch.n_tgt_tokens
 
     def build_model(self) -> nn.Module:
+        """The model from the trained one (init_from), or a new one; its `freeze` parts frozen."""
         if self.init is not None:
-            return self.init.build()
-        tok = self.tokenizer
-        config = self.cfg.model_config(tok.src_vocab_size, tok.tgt_vocab_size)
-        return RNNSearch(config) if config.arch == "rnn" else Transformer(config)
+            model = self.init.build()
+        else:
+            tok = self.tokenizer
+            config = self.cfg.model_config(tok.src_vocab_size, tok.tgt_vocab_size)
+            model = RNNSearch(config) if config.arch == "rnn" else Transformer(config)
+        if self.cfg.freeze:
+            frozen = freeze(model, self.cfg.freeze)
+            log.info("frozen: %s (%s parameters)", ", ".join(self.cfg.freeze), f"{frozen:,}")
+        return model
 
     def loss_module(self, model: nn.Module) -> nn.Module:
         return TranslationLoss(model, self.cfg.label_smoothing, self.cfg.loss_chunk_tokens)
