@@ -259,3 +259,22 @@ def test_frozen_parts_leave_training_bit_for_bit(marian: Path, data: dict[str, s
 def test_freeze_names_known_parts(marian: Path, data: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="freeze: no part 'attention'; choose from embeddings"):
         fine_tune_recipe(marian, data, freeze="attention")
+
+
+# --- the tokenizer's coverage of the new data -----------------------------------------------------
+def test_the_tokenizers_coverage_is_logged_and_a_script_it_lacks_refused(
+    marian: Path, data: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="qkv.train")
+    Trainer(fine_tune_recipe(marian, data, max_steps=1), tmp_path / "ft")
+    lines = [r.getMessage() for r in caplog.records if "unknown pieces" in r.getMessage()]
+    assert len(lines) == 1 and "0.00% (source), 0.00% (target); pieces per character" in lines[0]
+    greek = dict(data)
+    greek["train_tgt"] = str(tmp_path / "train.el")
+    n = len(Path(data["train_src"]).read_text(encoding="utf-8").splitlines())
+    Path(greek["train_tgt"]).write_text("ένας άνθρωπος διαβάζει\n" * n, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"cannot encode the training data: .*% of the target "
+                       r"pieces are unknown \(max_unk_rate 0.01\); its vocabulary lacks .*'ά'") as e:
+        Trainer(fine_tune_recipe(marian, greek), tmp_path / "greek")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "greek").exists()

@@ -16,6 +16,7 @@ from ...data.batching import Batch, TokenBatchSampler, collate, pad_sequences
 from ...decode.search import DEFAULT_MAX_LEN_B, greedy
 from ...model import Transformer
 from ...model.rnn import RNNSearch
+from ..coverage import check_coverage
 from ..freeze import freeze
 from ..init import InitModel, load_init
 from ..loss import TranslationLoss
@@ -52,6 +53,10 @@ class TranslationTask(Task[Pairs, Batch]):
             self.init.write_tokenizer(out)
             train_tokenizer = False
         self.data = prepare_data(self.cfg, out, train_tokenizer, tokenizer_dir)
+        if self.init is not None:  # the data is new to the model's tokenizer: can it encode it?
+            d = self.data
+            texts, ids = (d.train.src, d.train.tgt), (d.train_src, d.train_tgt)
+            log.info(check_coverage(d.tokenizer, texts, ids, self.cfg.max_unk_rate, self.init.name))
 
     def starts_trained(self) -> bool:
         return self.init is not None
