@@ -36,6 +36,7 @@ from qkv.modeldir import TOKENIZER_FILES, load_config, save_model_dir
 from qkv.train import Trainer, load_train_config
 from qkv.train.checkpoints import checkpoint_dir
 from qkv.train.freeze import group_of
+from qkv.train.trainer import TRAIN_KEY
 
 TOKENIZER_NAMES = [name for name in TOKENIZER_FILES if name != "spm.model"]  # separate sides
 
@@ -278,3 +279,41 @@ def test_the_tokenizers_coverage_is_logged_and_a_script_it_lacks_refused(
         Trainer(fine_tune_recipe(marian, greek), tmp_path / "greek")
     assert "\n" not in str(e.value)
     assert not (tmp_path / "greek").exists()
+
+
+# --- mixing in general-domain pairs ------------------------------------------------------------
+def test_general_pairs_are_mixed_in_at_the_ratio_over_a_run(
+    marian: Path, data: dict[str, str], tmp_path: Path
+) -> None:
+    """60 domain pairs and mix_ratio 0.25: 20 general pairs in each epoch, drawn afresh from 30,
+    so over a run of 3 epochs one pair in four that training reads is a general one."""
+    general_src, general_tgt = write_pairs(tmp_path / "general", "general", 30, seed=13)
+    cfg = fine_tune_recipe(marian, data, mix_src=str(general_src), mix_tgt=str(general_tgt),
+                           mix_ratio=0.25, max_epochs=3, max_steps=1000, valid_every=1000)
+    trainer = Trainer(cfg, tmp_path / "ft")
+    n = len(trainer.data.train_src)
+    general_ids = set(map(tuple, trainer.task.general.src))
+    seen: dict[int, list[tuple[int, ...]]] = {}  # epoch -> the general pairs' source ids read
+    read = {"domain": 0, "general": 0}
+    collate = trainer.task.collate
+
+    def counting(examples: Any, indices: list[int], key: Any) -> Any:
+        for i in indices if key[0] == TRAIN_KEY else []:
+            read["general" if i >= n else "domain"] += 1
+            if i >= n:
+                assert tuple(examples[0][i]) in general_ids
+                seen.setdefault(key[1], []).append(tuple(examples[0][i]))
+        return collate(examples, indices, key)
+
+    trainer.task.collate = counting  # type: ignore[method-assign]
+    trainer.train()
+    assert n == 60 and read == {"domain": 3 * 60, "general": 3 * 20}
+    assert sorted(seen) == [0, 1, 2] and all(len(set(v)) == 20 for v in seen.values())
+    assert seen[0] != seen[1]  # a sample drawn afresh each epoch
+
+
+def test_mixing_needs_both_sides_and_a_ratio(marian: Path, data: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="mix_src and mix_tgt go together"):
+        fine_tune_recipe(marian, data, mix_src="general.en", mix_ratio=0.2)
+    with pytest.raises(ValueError, match=r"mix_ratio must be in \(0, 1\)"):
+        fine_tune_recipe(marian, data, mix_src="general.en", mix_tgt="general.fr")

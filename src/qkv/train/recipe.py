@@ -45,6 +45,8 @@ TASK_DATA_KEYS = {
         "valid_tgt",
         "valid_tsv",
         "init_from",
+        "mix_src",
+        "mix_tgt",
     ),
     "lm": ("corpus", "train_text", "valid_text"),
     "mlm": ("corpus", "train_text", "valid_text"),
@@ -54,7 +56,7 @@ TASK_DATA_KEYS = {
 
 # the defaults of a translation run that starts from a trained model (init_from), where the
 # recipe does not set them: a peak rate and a warm-up for adapting a model, not for training one
-# from scratch (docs/training.md, "Start from a trained model")
+# from scratch (docs/fine-tuning.md)
 FINE_TUNE_DEFAULTS: dict[str, Any] = {"lr": 1e-4, "warmup": 100}
 
 # keys that must be positive
@@ -99,6 +101,11 @@ class TrainConfig:
     # translate from a trained model: refuse its tokenizer when more than this fraction of the
     # training pieces of a side are unknown to it (qkv.train.coverage)
     max_unk_rate: float = 0.01
+    # translate: general-domain pairs mixed into every epoch, mix_ratio of its pairs (0.2: one in
+    # five), a sample drawn afresh each epoch (qkv.train.mix)
+    mix_src: str | None = None
+    mix_tgt: str | None = None
+    mix_ratio: float = 0.0
     # --- data: a named corpus, your own files, or the built-in synthetic corpus
     corpus: str | None = None  # "multi30k", "tatoeba-zh-en", "synthetic"; None: the files below
     src_lang: str | None = None
@@ -308,13 +315,23 @@ class TrainConfig:
         )
 
     def _check_adaptation(self) -> None:
-        """The keys that adapt a model: freeze, max_unk_rate."""
+        """The keys that adapt a model: freeze, max_unk_rate, mixing."""
         for group in self.freeze:
             choices = ", ".join(FREEZE_GROUPS)
             _check(group in FREEZE_GROUPS, f"freeze: no part {group!r}; choose from {choices}")
         _check(
             not self.freeze or self.task == "translate",
             f"freeze is for task 'translate', not {self.task!r}",
+        )
+        mixed = self.mix_src is not None or self.mix_tgt is not None
+        _check(
+            not mixed or (self.mix_src is not None and self.mix_tgt is not None),
+            "mix_src and mix_tgt go together: the two sides of the general pairs",
+        )
+        _check(
+            (0.0 < self.mix_ratio < 1.0) if mixed else self.mix_ratio == 0.0,
+            f"mix_ratio must be in (0, 1) with mix_src and mix_tgt, and 0 without them; "
+            f"got {self.mix_ratio}",
         )
         _check(
             0.0 <= self.max_unk_rate <= 1.0,

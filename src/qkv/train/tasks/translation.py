@@ -20,6 +20,7 @@ from ..coverage import check_coverage
 from ..freeze import freeze
 from ..init import InitModel, load_init
 from ..loss import TranslationLoss
+from ..mix import GeneralPairs, load_general
 from ..prepare import (
     EncodedData,
     prepare_data,
@@ -45,6 +46,7 @@ class TranslationTask(Task[Pairs, Batch]):
         super().__init__(cfg)
         # the model to start from, read (and checked) before the run creates OUT
         self.init: InitModel | None = None
+        self.general: GeneralPairs | None = None  # general pairs to mix in (qkv.train.mix)
         if cfg.init_from is not None:
             self.init = load_init(cfg.init_from, cfg.model)
 
@@ -57,12 +59,22 @@ class TranslationTask(Task[Pairs, Batch]):
             d = self.data
             texts, ids = (d.train.src, d.train.tgt), (d.train_src, d.train_tgt)
             log.info(check_coverage(d.tokenizer, texts, ids, self.cfg.max_unk_rate, self.init.name))
+        if self.cfg.mix_src is not None:
+            self.general = load_general(self.cfg, self.data.tokenizer, len(self.data.train_src))
 
     def starts_trained(self) -> bool:
         return self.init is not None
 
     def train_lengths(self) -> tuple[list[int], list[int]]:
-        return [len(s) for s in self.data.train_src], [len(t) for t in self.data.train_tgt]
+        src, tgt = self._with_general(self.data.train_src, self.data.train_tgt, 0)
+        return [len(s) for s in src], [len(t) for t in tgt]
+
+    def _with_general(self, src: list[list[int]], tgt: list[list[int]], epoch: int) -> Pairs:
+        """The pairs of an epoch: the run's, then the general ones mixed in (mix_src, mix_tgt)."""
+        if self.general is None:
+            return src, tgt
+        general_src, general_tgt = self.general.sample(self.cfg.seed, epoch)
+        return src + general_src, tgt + general_tgt
 
     def valid_lengths(self) -> tuple[list[int], list[int]]:
         return [len(s) for s in self.data.valid_src], [len(t) for t in self.data.valid_tgt]
@@ -77,6 +89,14 @@ class TranslationTask(Task[Pairs, Batch]):
             "train_tgt": fingerprint(d.train_tgt),
             "valid_src": fingerprint(d.valid_src),
             "valid_tgt": fingerprint(d.valid_tgt),
+            **(
+                {}
+                if self.general is None
+                else {
+                    "mix_src": fingerprint(self.general.src),
+                    "mix_tgt": fingerprint(self.general.tgt),
+                }
+            ),
         }
 
     def epoch_examples(self, sampler: TokenBatchSampler) -> Pairs:
@@ -84,10 +104,13 @@ class TranslationTask(Task[Pairs, Batch]):
         (subword_dropout) from a seed of (seed, epoch), so that a resumed epoch gets the same
         draw."""
         cfg = self.cfg
-        if cfg.subword_dropout == 0.0:
+        if cfg.subword_dropout == 0.0 and self.general is None:
             return self.data.train_src, self.data.train_tgt
-        seed = int(np.random.SeedSequence([cfg.seed, sampler.epoch]).generate_state(1)[0])
-        src, tgt = sample_segmentation(self.data, cfg.subword_dropout, seed, cfg.max_len)
+        src, tgt = self.data.train_src, self.data.train_tgt
+        if cfg.subword_dropout > 0.0:
+            seed = int(np.random.SeedSequence([cfg.seed, sampler.epoch]).generate_state(1)[0])
+            src, tgt = sample_segmentation(self.data, cfg.subword_dropout, seed, cfg.max_len)
+        src, tgt = self._with_general(src, tgt, sampler.epoch)
         sampler.set_lengths([len(s) for s in src], [len(t) for t in tgt])
         return src, tgt
 
