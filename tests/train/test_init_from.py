@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -22,22 +23,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sentencepiece as spm
 import torch
 from safetensors.torch import load_file, save_file
 
 from marian_models import EN_WORDS, FR_WORDS, SHA, build_marian_dir, hub_cache, transformers
+from qkv.apps.cli import main
 from qkv.apps.translator import Translator
 from qkv.data.tokenizer import SubwordTokenizer
 from qkv.decode.options import DecodeOptions
+from qkv.interop.ctranslate2 import never_generated
 from qkv.interop.marian import convert_marian
 from qkv.interop.marian_export import export_marian
 from qkv.model import EncoderOnly
-from qkv.modeldir import TOKENIZER_FILES, load_config, save_model_dir
+from qkv.modeldir import TOKENIZER_FILES, load_config, load_model_dir, save_model_dir
 from qkv.train import Trainer, load_train_config
 from qkv.train.checkpoints import checkpoint_dir
 from qkv.train.freeze import group_of
 from qkv.train.trainer import TRAIN_KEY
 
+MAX_LEN = 20  # the length limit of both greedy searches compared
 TOKENIZER_NAMES = [name for name in TOKENIZER_FILES if name != "spm.model"]  # separate sides
 
 
@@ -220,11 +225,21 @@ def test_a_fine_tune_resumes_exactly(marian: Path, data: dict[str, str], tmp_pat
         assert torch.equal(full[name], split[name]), name
 
 
+@pytest.fixture(scope="module")
+def fine_tune(marian: Path, data: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model directory fine-tuned for 4 updates from the OPUS-MT-shaped model."""
+    out = tmp_path_factory.mktemp("fine-tune") / "ft"
+    Trainer(fine_tune_recipe(marian, data, max_steps=4), out).train()
+    return out
+
+
 def test_an_exported_fine_tune_translates_as_qkv_does(
-    marian: Path, data: dict[str, str], tmp_path: Path
+    marian: Path, fine_tune: Path, tmp_path: Path
 ) -> None:
-    Trainer(fine_tune_recipe(marian, data, max_steps=4), tmp_path / "ft").train()
-    export_marian(tmp_path / "ft", tmp_path / "exported")
+    """transformers' greedy `generate` of the Marian export is qkv's greedy search, and the export
+    keeps OPUS-MT's conventions: swish, scaled embeddings, the trained final_logits_bias, pad =
+    decoder start (the last id), eos 0, and the joint vocab.json with the model's own ids."""
+    export_marian(fine_tune, tmp_path / "exported")
     texts = _pairs(6, seed=12)[0]
     model = transformers.MarianMTModel.from_pretrained(tmp_path / "exported").eval()
     tokenizer = transformers.MarianTokenizer.from_pretrained(tmp_path / "exported")
@@ -234,10 +249,55 @@ def test_an_exported_fine_tune_translates_as_qkv_does(
         row = model.generate(**batch, num_beams=1, do_sample=False,
                              max_length=batch["input_ids"].size(1) + 51)[0]
         theirs.append(tokenizer.decode(row, skip_special_tokens=True))
-    ours = Translator.load(tmp_path / "ft").translate(texts, DecodeOptions(beam=1))
+    ours = Translator.load(fine_tune).translate(texts, DecodeOptions(beam=1))
     assert ours == theirs
-    assert json.loads((tmp_path / "exported" / "config.json").read_text())["model_type"] == "marian"
-    assert SubwordTokenizer.load(tmp_path / "ft").src_vocab_size == tokenizer.vocab_size
+    assert SubwordTokenizer.load(fine_tune).src_vocab_size == tokenizer.vocab_size
+    exported = json.loads((tmp_path / "exported" / "config.json").read_text())
+    original = json.loads((marian / "config.json").read_text())
+    keys = ("model_type", "activation_function", "scale_embedding", "pad_token_id",
+            "decoder_start_token_id", "eos_token_id", "share_encoder_decoder_embeddings")
+    assert {k: exported.get(k) for k in keys} == {k: original.get(k) for k in keys}
+    assert exported["activation_function"] == "swish" and exported["scale_embedding"] is True
+    assert exported["decoder_start_token_id"] == exported["pad_token_id"] == original["vocab_size"] - 1
+    vocab = json.loads((tmp_path / "exported" / "vocab.json").read_text())
+    assert vocab == json.loads((marian / "vocab.json").read_text())
+    assert not (tmp_path / "exported" / "target_vocab.json").exists()
+    bias = load_file(tmp_path / "exported" / "model.safetensors")["final_logits_bias"]
+    trained = load_file(checkpoint_dir(fine_tune, 4) / "model.safetensors")
+    start = load_file(marian / "model.safetensors")["final_logits_bias"]
+    assert torch.equal(bias[0], trained["output_projection.bias"])
+    assert not torch.equal(bias, start)  # the fine-tune's, not the starting model's
+
+
+def test_a_fine_tune_exported_to_ctranslate2_translates_as_qkv_greedy(
+    fine_tune: Path, tmp_path: Path
+) -> None:
+    """`qkv export ctranslate2` of the fine-tune: CTranslate2's greedy search, driven as the
+    export's README says (qkv's never-written tokens suppressed, its text written by the README's
+    expression), gives qkv's greedy tokens and texts. The model writes pieces that only the
+    source side's SentencePiece model holds (one vocabulary for both sides), as OPUS-MT does."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    out = tmp_path / "ct2"
+    assert main(["export", "ctranslate2", str(fine_tune), "--out", str(out)]) == 0
+    readme = (out / "README.md").read_text(encoding="utf-8")
+    detokenize = re.search(r"print\(\[(.*) for tokens in best\]\)", readme).group(1)
+    texts = _pairs(8, seed=12)[0]
+    source = spm.SentencePieceProcessor(model_file=str(out / "source.spm"))
+    target = spm.SentencePieceProcessor(model_file=str(out / "target.spm"))
+    model, tokenizer = load_model_dir(fine_tune), SubwordTokenizer.load(fine_tune)
+    results = ctranslate2.Translator(str(out), device="cpu").translate_batch(
+        [source.encode(text, out_type=str) for text in texts], beam_size=1,
+        min_decoding_length=0, max_decoding_length=MAX_LEN,
+        suppress_sequences=never_generated(model, tokenizer))
+    pieces = [r.hypotheses[0] for r in results]
+    options = DecodeOptions(beam=1, max_len_a=0, max_len_b=MAX_LEN)
+    ours = list(Translator.load(fine_tune).translate_stream(texts, options))
+    vocabulary = tokenizer.tgt_vocabulary()
+    assert [[vocabulary[i] for i in r.tokens] for r in ours] == pieces
+    theirs = [eval(detokenize, {"target": target, "tokens": tokens}) for tokens in pieces]
+    assert [r.text for r in ours] == theirs
+    assert any(theirs)  # not all empty: the comparison says something
+    assert any(p not in target.id_to_piece(list(range(len(target)))) for t in pieces for p in t)
 
 
 # --- freezing ----------------------------------------------------------------------------------
