@@ -210,6 +210,32 @@ def test_bad_models_are_refused_in_one_line_before_any_directory(
         assert not (tmp_path / "ft").exists()
 
 
+def test_a_recipes_case_that_is_not_the_tokenizers_is_refused_before_any_directory(
+    marian: Path, data: dict[str, str], tmp_path: Path
+) -> None:
+    """The run keeps the model's tokenizer, which decides the case: `lowercase` left out follows
+    it, and a `lowercase` that says otherwise is refused in one line."""
+    cased = convert_marian(marian, tmp_path / "cased")
+    lower = tmp_path / "lower"
+    shutil.copytree(cased, lower)
+    config = json.loads((lower / "tokenizer.json").read_text())
+    (lower / "tokenizer.json").write_text(json.dumps({**config, "lowercase": True}))
+    cases = [(cased, True, "is cased (it reads and writes text as it is)"), (marian, True, "is cased"),
+             (lower, False, "is lowercase")]
+    for source, lowercase, message in cases:
+        with pytest.raises(ValueError, match=rf"^lowercase: {str(lowercase).lower()}: the tokenizer "
+                           rf"of init_from {re.escape(str(source))} {re.escape(message)}.*decides the "
+                           "case") as e:
+            Trainer(fine_tune_recipe(source, data, lowercase=lowercase), tmp_path / "ft")
+        assert "\n" not in str(e.value)
+        assert not (tmp_path / "ft").exists()
+    trainer = Trainer(fine_tune_recipe(lower, data), tmp_path / "ft")  # lowercase left out
+    assert trainer.cfg.lowercase is None and trainer.task.tokenizer.lowercase
+    Trainer(fine_tune_recipe(cased, data, lowercase=False), tmp_path / "ft-cased")  # the same: fine
+    with pytest.raises(ValueError, match="lowercase must be true or false"):
+        load_train_config(None, {**data, "lowercase": None})
+
+
 # --- resume and export ---------------------------------------------------------------------------
 def test_a_fine_tune_resumes_exactly(marian: Path, data: dict[str, str], tmp_path: Path) -> None:
     dropout = {"model": {"dropout": 0.1}}

@@ -31,6 +31,7 @@ from ..interop.marian import convert_marian
 from ..modeldir import (
     ARCHITECTURES,
     CONFIG_FILE,
+    TOKENIZER_FILE,
     TOKENIZER_FILES,
     WEIGHTS_FILE,
     CheckpointError,
@@ -66,6 +67,19 @@ class InitModel:
         model.load_state_dict(self.model.state_dict())
         self.model = None
         return model
+
+    def check_case(self, lowercase: bool | None) -> None:
+        """A ValueError when the recipe's `lowercase` (None: not set) is not the tokenizer's: the
+        run keeps the tokenizer, and the tokenizer decides whether text is lowercased."""
+        tokenizer_lowercase = bool(json.loads(self.tokenizer_files[TOKENIZER_FILE])["lowercase"])
+        if lowercase is None or lowercase == tokenizer_lowercase:
+            return
+        kind = "lowercase" if tokenizer_lowercase else "cased (it reads and writes text as it is)"
+        raise ValueError(
+            f"lowercase: {str(lowercase).lower()}: the tokenizer of init_from {self.name} is "
+            f"{kind}, and a run from a trained model keeps its tokenizer, which decides the "
+            "case: leave lowercase out of the recipe"
+        )
 
     def write_tokenizer(self, directory: Path) -> None:
         """Copy the tokenizer files, byte for byte, into `directory`."""

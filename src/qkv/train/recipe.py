@@ -136,8 +136,9 @@ class TrainConfig:
     # alpha = this value, where *smaller* samples more widely (0.1: Tatoeba's English ~60% more
     # pieces, 0.5: ~2% more)
     subword_dropout: float = 0.0
-    # lowercase all text (training, validation, translation input); the model writes lowercase
-    lowercase: bool = False
+    # lowercase all text (training, validation, translation input); the model writes lowercase.
+    # None (a run from a trained model that does not set it): the model's tokenizer decides
+    lowercase: bool | None = False
     # --- model: a preset plus any TransformerConfig field
     preset: str = "base"
     model: dict[str, Any] = field(default_factory=dict)
@@ -334,6 +335,11 @@ class TrainConfig:
             f"got {self.mix_ratio}",
         )
         _check(
+            self.lowercase is not None or self.init_from is not None,
+            "lowercase must be true or false (null only with init_from: the model's tokenizer "
+            "decides)",
+        )
+        _check(
             0.0 <= self.max_unk_rate <= 1.0,
             f"max_unk_rate must be in [0, 1], got {self.max_unk_rate}",
         )
@@ -461,6 +467,8 @@ def load_train_config(
         merged["freeze"] = [g.strip() for g in merged["freeze"].split(",") if g.strip()]
     if merged.get("init_from") is not None and merged.get("task", "translate") == "translate":
         merged = {**FINE_TUNE_DEFAULTS, **merged}
+    if merged.get("init_from") is not None:  # the model's tokenizer decides, unless told
+        merged = {"lowercase": None, **merged}
     if model:
         merged["model"] = model
     return TrainConfig.from_dict(merged)

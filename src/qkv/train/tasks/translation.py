@@ -49,6 +49,7 @@ class TranslationTask(Task[Pairs, Batch]):
         self.general: GeneralPairs | None = None  # general pairs to mix in (qkv.train.mix)
         if cfg.init_from is not None:
             self.init = load_init(cfg.init_from, cfg.model)
+            self.init.check_case(cfg.lowercase)
 
     def prepare(self, out: Path, train_tokenizer: bool, tokenizer_dir: Path | None = None) -> None:
         if self.init is not None and train_tokenizer:  # the model's tokenizer, not a new one
