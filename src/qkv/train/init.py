@@ -1,5 +1,6 @@
-"""A translation run that starts from a trained model (`init_from`): a qkv model directory, a
-Marian / OPUS-MT directory, or a Hub name hf:ORG/NAME[@REV].
+"""A run that starts from a trained model (`init_from`): for translation a qkv model directory, a
+Marian / OPUS-MT directory, or a Hub name hf:ORG/NAME[@REV]; for a language model (task lm) a qkv
+lm directory (decoder-only), which the run continues.
 
 Marian models go through qkv's importer (`qkv.interop`: a Hub name is converted once into qkv's
 cache, a local Marian directory into a temporary one), so a run starts from exactly the weights
@@ -43,8 +44,9 @@ from ..modeldir import (
 # model keys a run from a trained model may set to other values than the model's: they change no
 # weight's shape or meaning
 FREE_KEYS = ("dropout", "attention_dropout", "activation_dropout")
-# the architectures of translation models (encoder-decoders)
-TRANSLATION_ARCHS = ("transformer", "rnn")
+# the architectures a task starts from, and what they are called
+TASK_ARCHS = {"translate": ("transformer", "rnn"), "lm": ("decoder_only",)}
+TASK_MODELS = {"translate": "a translation model", "lm": "a language model"}
 
 
 @dataclass
@@ -95,9 +97,11 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def load_init(name: str, model_keys: dict[str, Any]) -> InitModel:
-    """The model `name` names (see the module docstring), with the recipe's model keys
-    `model_keys` checked against its architecture."""
+def load_init(name: str, model_keys: dict[str, Any], task: str = "translate") -> InitModel:
+    """The model `name` names for a run of `task` (see the module docstring), with the recipe's
+    model keys `model_keys` checked against its architecture."""
+    if task != "translate":
+        return _load_qkv(name, model_keys, task)
     if name.startswith(PREFIX):
         repo, revision = split_name(name)
         snapshot = marian_snapshot(repo, revision)
@@ -121,7 +125,18 @@ def load_init(name: str, model_keys: dict[str, Any]) -> InitModel:
         return _read(converted, name, origin, model_keys)
 
 
-def _kind(path: Path, name: str) -> str:
+def _load_qkv(name: str, model_keys: dict[str, Any], task: str) -> InitModel:
+    """A qkv model directory, the only kind a run of `task` (other than translate) starts from."""
+    if name.startswith(PREFIX) or _kind(Path(name), name, task) != "qkv":
+        raise ValueError(
+            f"init_from {name}: task {task!r} starts from a qkv model directory "
+            f"({TASK_MODELS[task]}), not a Marian model"
+        )
+    origin = {"name": name, "revision": None, "sha256": sha256_file(Path(name) / WEIGHTS_FILE)}
+    return _read(Path(name), name, origin, model_keys, task)
+
+
+def _kind(path: Path, name: str, task: str = "translate") -> str:
     """The kind of model the directory `path` holds ("qkv" or "marian"), by its config.json."""
     if not path.is_dir():
         raise ValueError(
@@ -135,26 +150,30 @@ def _kind(path: Path, name: str) -> str:
         return "qkv"
     kind = config.get("model_type") if isinstance(config, dict) else None
     if kind != "marian":
+        also = " or a Marian (OPUS-MT)" if task == "translate" else ""
         raise ValueError(
-            f"init_from {name} is a {kind!r} model; a translation run starts from a qkv or a "
-            "Marian (OPUS-MT) model"
+            f"init_from {name} is a {kind!r} model; task {task!r} starts from a qkv{also} model"
         )
     return "marian"
 
 
 def _read(
-    directory: Path, name: str, origin: dict[str, str | None], model_keys: dict[str, Any]
+    directory: Path,
+    name: str,
+    origin: dict[str, str | None],
+    model_keys: dict[str, Any],
+    task: str = "translate",
 ) -> InitModel:
     """The model directory `directory` (of the model `name`) read into an InitModel."""
     try:
         arch, config, meta = load_config(directory)
     except CheckpointError as e:
         raise ValueError(f"init_from {name}: {e}") from None
-    if arch not in TRANSLATION_ARCHS:
-        task = f", task {meta['task']!r}" if isinstance(meta.get("task"), str) else ""
+    if arch not in TASK_ARCHS[task]:
+        its = f", task {meta['task']!r}" if isinstance(meta.get("task"), str) else ""
         raise ValueError(
-            f"init_from {name} holds a {arch} model{task}; task 'translate' starts from a "
-            f"translation model ({' or '.join(TRANSLATION_ARCHS)})"
+            f"init_from {name} holds a {arch} model{its}; task {task!r} starts from "
+            f"{TASK_MODELS[task]} ({' or '.join(TASK_ARCHS[task])})"
         )
     config = _with_model_keys(config, model_keys, name)
     model = ARCHITECTURES[arch](config)

@@ -48,16 +48,17 @@ TASK_DATA_KEYS = {
         "mix_src",
         "mix_tgt",
     ),
-    "lm": ("corpus", "train_text", "valid_text"),
+    "lm": ("corpus", "train_text", "valid_text", "init_from"),
     "mlm": ("corpus", "train_text", "valid_text"),
     "classify": ("train_tsv", "valid_tsv", "init_from"),
 }
 
 
-# the defaults of a translation run that starts from a trained model (init_from), where the
+# the defaults of a translation (or lm) run that starts from a trained model (init_from), where the
 # recipe does not set them: a peak rate and a warm-up for adapting a model, not for training one
 # from scratch (docs/fine-tuning.md)
 FINE_TUNE_DEFAULTS: dict[str, Any] = {"lr": 1e-4, "warmup": 100}
+FINE_TUNES = ("translate", "lm")  # the tasks whose run from a trained model they suit
 
 # keys that must be positive
 POSITIVE_KEYS = (
@@ -465,7 +466,7 @@ def load_train_config(
     merged = {**data, **overrides}
     if isinstance(merged.get("freeze"), str):  # --freeze embeddings,encoder
         merged["freeze"] = [g.strip() for g in merged["freeze"].split(",") if g.strip()]
-    if merged.get("init_from") is not None and merged.get("task", "translate") == "translate":
+    if merged.get("init_from") is not None and merged.get("task", "translate") in FINE_TUNES:
         merged = {**FINE_TUNE_DEFAULTS, **merged}
     if merged.get("init_from") is not None:  # the model's tokenizer decides, unless told
         merged = {"lowercase": None, **merged}
