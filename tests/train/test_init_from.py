@@ -17,6 +17,7 @@ import os
 import random
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -145,9 +146,11 @@ def test_a_run_from_a_qkv_directory_starts_from_its_weights(
     assert meta["init_from"]["sha256"] == sha256(source / "model.safetensors")
 
 
-def qkv_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_CACHE": str(tmp / "hub"), "HF_HUB_OFFLINE": "1",
-           "QKV_CACHE_DIR": str(tmp / "qkv-cache")}
+def qkv_cli(tmp: Path, *args: str, offline: bool = True, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp / "hub"), "QKV_CACHE_DIR": str(tmp / "qkv-cache"), **env_vars}
+    env.pop("HF_HUB_OFFLINE", None)
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
     return subprocess.run([sys.executable, "-m", "qkv", *args], env=env, text=True,
                           capture_output=True, timeout=300)
 
@@ -234,6 +237,27 @@ def test_a_recipes_case_that_is_not_the_tokenizers_is_refused_before_any_directo
     Trainer(fine_tune_recipe(cased, data, lowercase=False), tmp_path / "ft-cased")  # the same: fine
     with pytest.raises(ValueError, match="lowercase must be true or false"):
         load_train_config(None, {**data, "lowercase": None})
+
+
+def test_mismatched_mix_sides_and_an_unreachable_hub_are_one_line_before_any_directory(
+    marian: Path, data: dict[str, str], tmp_path: Path
+) -> None:
+    general_src, general_tgt = write_pairs(tmp_path / "general", "general", 5, seed=13)
+    general_tgt.write_text("".join(general_tgt.read_text().splitlines(True)[:4]))
+    cfg = fine_tune_recipe(marian, data, mix_src=str(general_src), mix_tgt=str(general_tgt), mix_ratio=0.2)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(general_src))}.* 5 .*4") as e:
+        Trainer(cfg, tmp_path / "ft")
+    assert "\n" not in str(e.value) and not (tmp_path / "ft").exists()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    flags = [f"--{k}={v}" for k, v in data.items()]
+    r = qkv_cli(tmp_path, "train", "--init_from", "hf:test-org/opus-mt-tiny", "--out", str(tmp_path / "ft"),
+                *flags, offline=False, HF_ENDPOINT=f"http://127.0.0.1:{port}")
+    lines = [line for line in r.stderr.splitlines() if not line.startswith("allocator: ")]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr  # no retries logged
+    assert lines[0].startswith("qkv train: error: test-org/opus-mt-tiny is not in the Hugging Face cache")
+    assert "the Hub cannot be reached" in lines[0] and not (tmp_path / "ft").exists()
 
 
 # --- resume and export ---------------------------------------------------------------------------

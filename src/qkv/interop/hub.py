@@ -6,7 +6,8 @@
 
 `marian_snapshot` fetches only what the conversion reads (config.json, the weights, source.spm,
 target.spm, the vocabularies, tokenizer_config.json) with `huggingface_hub`, into its own cache
-(`HF_HOME` / `HF_HUB_CACHE`); `HF_HUB_OFFLINE=1` uses that cache alone, `HF_ENDPOINT` another hub,
+(`HF_HOME` / `HF_HUB_CACHE`); `HF_HUB_OFFLINE=1` uses that cache alone (as does a Hub that does
+not answer one request: `hub_reachable`), `HF_ENDPOINT` another hub,
 `HF_TOKEN` a private model. `model_directory` converts a snapshot once into qkv's cache
 (`$QKV_CACHE_DIR/models`, else ~/.cache/qkv/models), one directory per commit, and hands back the
 same directory on every later call. Each failure is a ValueError of one line: no such model, no
@@ -20,6 +21,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..config import cache_dir
 from .marian import convert_marian
@@ -46,6 +48,39 @@ def split_name(name: str) -> tuple[str, str | None]:
     return repo, revision or None
 
 
+PROBE_SECONDS = 10  # how long the one request that tells whether the Hub answers may take
+
+
+def hub_reachable() -> bool:
+    """Whether the Hub answers one request (no retries) within PROBE_SECONDS; False offline
+    (HF_HUB_OFFLINE=1). huggingface_hub retries a refused connection five times over ~25 s,
+    logging each try: an unreachable Hub is left to the cache at once instead."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    try:
+        get_session().head(constants.ENDPOINT, timeout=PROBE_SECONDS)
+    except Exception:  # refused, unresolvable, timed out: no Hub to ask
+        return False
+    return True
+
+
+def _weights_listed(api: Any, repo: str, revision: str | None) -> list[str] | None:
+    """The weights file the repository has, as the Hub lists it (None when the listing fails
+    otherwise than by a missing repository or revision, which raise)."""
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        files = api.list_repo_files(repo, revision=revision)
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        raise
+    except Exception:  # the Hub failed to list it: the cache decides
+        return None
+    return [next((w for w in WEIGHTS if w in files), WEIGHTS[0])]
+
+
 def marian_snapshot(repo: str, revision: str | None = None) -> Path:
     """The local folder of a Hub repository's files that a Marian conversion reads."""
     from huggingface_hub import HfApi, snapshot_download
@@ -56,15 +91,14 @@ def marian_snapshot(repo: str, revision: str | None = None) -> Path:
     )
 
     at = f" at revision {revision}" if revision else ""
+    online = hub_reachable()
+    weights = list(WEIGHTS)  # unknown which one the repository has: whichever the cache holds
     try:
-        try:
-            files = HfApi().list_repo_files(repo, revision=revision)
-            weights = [next((w for w in WEIGHTS if w in files), WEIGHTS[0])]
-        except (RepositoryNotFoundError, RevisionNotFoundError):
-            raise
-        except Exception:  # offline, or no network: the cache decides
-            weights = list(WEIGHTS)
-        folder = snapshot_download(repo, revision=revision, allow_patterns=[*NEEDED, *weights])
+        if online:
+            weights = _weights_listed(HfApi(), repo, revision) or weights
+        folder = snapshot_download(
+            repo, revision=revision, allow_patterns=[*NEEDED, *weights], local_files_only=not online
+        )
     except RevisionNotFoundError:
         raise ValueError(f"{repo} has no revision {revision!r} on the Hub") from None
     except RepositoryNotFoundError:
