@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,21 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from marian_models import SHA, hub_cache
 from qkv.apps.translator import Translator
 from qkv.interop.hub import is_hub_name, split_name
 from qkv.interop.marian import convert_marian
 from qkv.runtime.options import RuntimeOptions
-
-SHA = "0123456789abcdef0123456789abcdef01234567"
-
-
-def hub_cache(root: Path, repo: str, source: Path, revision: str = "main") -> Path:
-    """A Hugging Face hub cache holding `source`'s files as repo at revision (one snapshot)."""
-    folder = root / f"models--{repo.replace('/', '--')}"
-    (folder / "refs").mkdir(parents=True, exist_ok=True)
-    (folder / "refs" / revision).write_text(SHA)
-    shutil.copytree(source, folder / "snapshots" / SHA, dirs_exist_ok=True)
-    return root
 
 
 def qkv(tmp: Path, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:

@@ -60,7 +60,7 @@ def test_lm_loss_is_the_hand_computed_shifted_cross_entropy(epsilon: float) -> N
     """The lm task's batch and loss == sum over every text of -log p(next token | the tokens before), with
     [bos] first and [eos] last, each text alone in float64 (label smoothing: (1 - eps) nll + eps mean -log p)."""
     model = tiny_lm()
-    task = LanguageModelTask(SimpleNamespace(label_smoothing=epsilon, loss_chunk_tokens=None))  # type: ignore[arg-type]
+    task = LanguageModelTask(SimpleNamespace(label_smoothing=epsilon, loss_chunk_tokens=None, init_from=None))  # type: ignore[arg-type]
     texts = [[5, 9, 7, 11, 4], [6, 8], [12]]
     task.data = TextData(SimpleNamespace(pad_id=0, bos_id=2, eos_id=3), texts, [])  # type: ignore[arg-type]
     batch = task.collate(texts, [0, 1, 2], (0, 0, 0, 0))
@@ -181,6 +181,38 @@ def test_a_classifier_starts_from_the_mlm_models_encoder(tmp_path: Path, recipe:
     assert (tmp_path / "cls" / "spm.model").read_bytes() == (tmp_path / "mlm" / "spm.model").read_bytes()
 
 
+def test_a_language_model_continues_from_a_trained_one(tmp_path: Path, recipe: Recipe) -> None:
+    """init_from an lm directory: the run starts from its weights (its first validation, step 0, is
+    the trained model's last one on the same texts), keeps its tokenizer files and shape, records
+    where it started; other models and shape-changing keys are refused before OUT is made."""
+    text = write_lines(tmp_path / "t.txt", SENTENCES[:80])
+    valid = write_lines(tmp_path / "v.txt", SENTENCES[80:100])
+    data: dict[str, Any] = {"task": "lm", "corpus": None, "valid_text": str(valid), "valid_every": 3}
+    trained = Trainer(recipe(train_text=str(text), max_steps=3, **data), tmp_path / "lm").train()
+    more = write_lines(tmp_path / "more.txt", SENTENCES[100:])
+    cont = recipe(train_text=str(more), init_from=str(tmp_path / "lm"), max_steps=2, **data)
+    result = Trainer(cont, tmp_path / "cont").train()
+    assert result.history[0]["step"] == 0 and result.step == 2
+    assert result.history[0]["valid_loss"] == pytest.approx(trained.history[-1]["valid_loss"], rel=1e-6)
+    for name in ("spm.model", "tokenizer.json"):
+        assert (tmp_path / "cont" / name).read_bytes() == (tmp_path / "lm" / name).read_bytes()
+    arch, config, meta = load_config(tmp_path / "cont")
+    assert arch == "decoder_only" and config == load_config(tmp_path / "lm")[1] and meta["task"] == "lm"
+    assert meta["init_from"]["name"] == str(tmp_path / "lm") and len(meta["init_from"]["sha256"]) == 64
+    Trainer(recipe(task="mlm", corpus=None, train_text=str(text), max_steps=1), tmp_path / "mlm").train()
+    refusals = {
+        "mlm": ({}, "holds a encoder_only model, task 'mlm'; task 'lm' starts from a language model"),
+        "lm": ({"model": {"d_model": 64}}, "model.d_model=64: init_from .* keeps its shape"),
+    }
+    for source, (overrides, message) in refusals.items():
+        with pytest.raises(ValueError, match=message):
+            Trainer(recipe(train_text=str(more), init_from=str(tmp_path / source), **data, **overrides),
+                    tmp_path / "refused")
+        assert not (tmp_path / "refused").exists()
+    with pytest.raises(ValueError, match="task 'lm' starts from a qkv model directory"):
+        Trainer(recipe(train_text=str(more), init_from="hf:org/name", **data), tmp_path / "refused")
+
+
 # --- every task resumes exactly ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("task", ["lm", "mlm", "classify"])
 def test_resume_is_exact_for_every_task(tmp_path: Path, recipe: Recipe, task: str) -> None:
@@ -268,7 +300,7 @@ def test_lm_mlm_and_classify_from_the_command_line(tmp_path: Path, capsys: pytes
     (["--task", "classify", "--train_tsv", "ONELABEL"], "a classifier needs two or more"),
     (["--task", "classify", "--train_tsv", "NOTEXT"], "notext.tsv:1: the text is empty"),
     (["--task", "classify", "--train_tsv", "TSV", "--valid_tsv", "UNSEEN"], "labels that"),
-    (["--task", "lm", "--train_src", "TSV", "--train_text", "TSV"], "reads corpus, train_text, valid_text, not "
+    (["--task", "lm", "--train_src", "TSV", "--train_text", "TSV"], "reads corpus, train_text, valid_text, init_from, not "
                                                                       "train_src"),
     (["--task", "lm", "--train_text", "TSV", "--valid_metric", "bleu"], "task 'lm' chooses from ['loss']"),
     (["--task", "lm", "--train_text", "TSV", "--model.arch", "rnn"], "is an encoder-decoder"),

@@ -6,6 +6,7 @@
 * `tokenized_bleu`: BLEU on lowercased, punctuation-normalized, Moses-tokenized text, as in
   multi-bleu.perl on the official Multi30k `*.lc.norm.tok.*` references. This is the number most
   Multi30k papers report; it is not comparable to sacreBLEU.
+* `format_table`: the scores of several test sets as one table, a row each.
 """
 
 from __future__ import annotations
@@ -115,3 +116,31 @@ def score(
     if tok_refs is not None:
         tok_bleu_score, signatures["tok_bleu"] = tokenized_bleu(hyps, tok_refs, lang)
     return Scores(bleu_score, chrf_score, tok_bleu_score, signatures)
+
+
+def format_table(rows: list[tuple[str, int, Scores]]) -> str:
+    """The scores of several test sets, (name, sentences, scores) each, as one table: a row per
+    test set (tokenized BLEU where any has it), then the metrics' signatures, each once."""
+    tok = any(scores.tok_bleu is not None for _, _, scores in rows)
+    header = ["test set", "sentences", "BLEU", "chrF2"] + (["tok BLEU"] if tok else [])
+    table = [header]
+    for name, n, scores in rows:
+        row = [name, str(n), f"{scores.bleu.score:.2f}", f"{scores.chrf.score:.2f}"]
+        if tok:
+            row.append("-" if scores.tok_bleu is None else f"{scores.tok_bleu.score:.2f}")
+        table.append(row)
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in table
+    ]
+    names = {"bleu": "BLEU", "chrf": "chrF2", "tok_bleu": "tok BLEU"}
+    for key, name in names.items():
+        signatures = dict.fromkeys(s.signatures[key] for _, _, s in rows if key in s.signatures)
+        lines += [f"{name}: {signature}" for signature in signatures]
+    if tok:
+        lines[-1] += "  [lowercased, Moses-normalized and -tokenized]"
+    return "\n".join(lines)

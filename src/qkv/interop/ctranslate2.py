@@ -217,11 +217,12 @@ def qkv_score(tokens, logprob):  # GNMT: log P / ((5 + L) / 6) ** alpha, L count
 
 
 best = [max(zip(r.hypotheses, r.scores), key=lambda h: qkv_score(*h))[0] for r in results]
-print([target.decode(tokens) for tokens in best])
+print([{detokenize} for tokens in best])
 ```
 
-The source's end token is added by CTranslate2. `suppress_sequences` keeps CTranslate2 from writing
-the tokens qkv never writes. `min_decoding_length=0` allows an empty translation, as qkv does.
+The source's end token is added by CTranslate2.{vocabulary}
+`suppress_sequences` keeps CTranslate2 from writing the tokens qkv never writes.
+`min_decoding_length=0` allows an empty translation, as qkv does.
 Sentences have at most {positions} tokens.{language}
 
 ## Why the length penalty is applied outside CTranslate2
@@ -255,7 +256,21 @@ This model reads a target-language token first (e.g. {code}): put it before the 
 `pieces = [["{code}", *source.encode(text, out_type=str)] for text in texts]`.
 """
 
+VOCABULARY_NOTE = """ The text is written as qkv (and MarianTokenizer) write it: a piece that
+target.spm lacks (this model's vocabulary holds pieces of both sides) passes through as it is,
+then each "▁" becomes a space; `target.decode` would leave such a piece's "▁" in the text."""
+
 CT2_MAX_DECODING_LENGTH = 256  # translate_batch's default
+
+
+def _detokenize(tokenizer: SubwordTokenizer) -> str:
+    """The README's expression for the text of `tokens`, as qkv's decode_tgt writes it: with a
+    vocabulary of pieces (an imported Marian model), unknown pieces dropped, the others passed
+    through SentencePiece and every "▁" left a space."""
+    if tokenizer.tgt_pieces is None:
+        return "target.decode(tokens)"
+    unk = tokenizer.tgt_vocabulary()[tokenizer.unk_id]
+    return f'target.decode_pieces([t for t in tokens if t != "{unk}"]).replace("▁", " ").strip()'
 
 
 def _readme(out: Path, tokenizer: SubwordTokenizer, model: Transformer, quantization: str) -> str:
@@ -275,6 +290,8 @@ def _readme(out: Path, tokenizer: SubwordTokenizer, model: Transformer, quantiza
         suppress=never_generated(model, tokenizer),
         positions=cfg.max_positions if table else "any",
         language=LANGUAGE_NOTE.format(code=codes[0]) if codes else "",
+        detokenize=_detokenize(tokenizer),
+        vocabulary="" if tokenizer.tgt_pieces is None else VOCABULARY_NOTE,
     )
 
 

@@ -131,7 +131,11 @@ def resolve_model(directory: str | os.PathLike[str]) -> str | os.PathLike[str]:
 def model_directory(name: str) -> Path:
     """The qkv model directory of a Hub model name (see `split_name`), converted on first use."""
     repo, revision = split_name(name)
-    snapshot = marian_snapshot(repo, revision)
+    return snapshot_directory(marian_snapshot(repo, revision), repo)
+
+
+def snapshot_directory(snapshot: Path, repo: str) -> Path:
+    """The qkv model directory of the Hub snapshot `snapshot` of `repo`, converted on first use."""
     _check_marian(snapshot, repo)
     target = cache_dir() / "models" / f"{repo.replace('/', '--')}--{snapshot.name[:12]}"
     if (target / "config.json").is_file():

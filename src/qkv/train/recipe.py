@@ -16,6 +16,7 @@ from ..config import PRESETS, TransformerConfig, dataclass_from_dict
 from ..runtime.precision import PRECISIONS
 from ..runtime.process import TRAINING_PRIMITIVE_CACHE
 from .distributed import resolve_device
+from .freeze import FREEZE_GROUPS
 from .schedule import lr_multiplier
 
 # each task's validation metrics, by which the best model is kept (the first is the default)
@@ -43,12 +44,21 @@ TASK_DATA_KEYS = {
         "valid_src",
         "valid_tgt",
         "valid_tsv",
+        "init_from",
+        "mix_src",
+        "mix_tgt",
     ),
-    "lm": ("corpus", "train_text", "valid_text"),
+    "lm": ("corpus", "train_text", "valid_text", "init_from"),
     "mlm": ("corpus", "train_text", "valid_text"),
     "classify": ("train_tsv", "valid_tsv", "init_from"),
 }
 
+
+# the defaults of a translation (or lm) run that starts from a trained model (init_from), where the
+# recipe does not set them: a peak rate and a warm-up for adapting a model, not for training one
+# from scratch (docs/fine-tuning.md)
+FINE_TUNE_DEFAULTS: dict[str, Any] = {"lr": 1e-4, "warmup": 100}
+FINE_TUNES = ("translate", "lm")  # the tasks whose run from a trained model they suit
 
 # keys that must be positive
 POSITIVE_KEYS = (
@@ -82,8 +92,21 @@ class TrainConfig:
     # number words)
     train_text: str | None = None
     valid_text: str | None = None
-    # classify: start from this mlm model directory (its tokenizer, shape and encoder weights)
+    # start from a trained model: translate: a qkv translation model directory, a Marian (OPUS-MT)
+    # directory or a Hub name hf:ORG/NAME[@REV] (its tokenizer, shape and weights;
+    # qkv.train.init); classify: an mlm model directory (its tokenizer, shape and encoder weights)
     init_from: str | None = None
+    # translate: the parts of the model training leaves as they are (qkv.train.freeze):
+    # embeddings, encoder, decoder, output; on the command line --freeze embeddings,encoder
+    freeze: tuple[str, ...] = ()
+    # translate from a trained model: refuse its tokenizer when more than this fraction of the
+    # training pieces of a side are unknown to it (qkv.train.coverage)
+    max_unk_rate: float = 0.01
+    # translate: general-domain pairs mixed into every epoch, mix_ratio of its pairs (0.2: one in
+    # five), a sample drawn afresh each epoch (qkv.train.mix)
+    mix_src: str | None = None
+    mix_tgt: str | None = None
+    mix_ratio: float = 0.0
     # --- data: a named corpus, your own files, or the built-in synthetic corpus
     corpus: str | None = None  # "multi30k", "tatoeba-zh-en", "synthetic"; None: the files below
     src_lang: str | None = None
@@ -117,8 +140,9 @@ class TrainConfig:
     # alpha = this value, where *smaller* samples more widely (0.1: Tatoeba's English ~60% more
     # pieces, 0.5: ~2% more)
     subword_dropout: float = 0.0
-    # lowercase all text (training, validation, translation input); the model writes lowercase
-    lowercase: bool = False
+    # lowercase all text (training, validation, translation input); the model writes lowercase.
+    # None (a run from a trained model that does not set it): the model's tokenizer decides
+    lowercase: bool | None = False
     # --- model: a preset plus any TransformerConfig field
     preset: str = "base"
     model: dict[str, Any] = field(default_factory=dict)
@@ -183,6 +207,7 @@ class TrainConfig:
         self._check_optimisation()
         self._check_data()
         self._check_model()
+        self._check_adaptation()
 
     def _check_choices(self) -> None:
         """The keys that name one of a few choices."""
@@ -292,6 +317,35 @@ class TrainConfig:
         _check(
             arch == "transformer" or self.task == "translate",
             f"model.arch {arch!r} is an encoder-decoder: it trains on task 'translate'",
+        )
+
+    def _check_adaptation(self) -> None:
+        """The keys that adapt a model: freeze, max_unk_rate, mixing."""
+        for group in self.freeze:
+            choices = ", ".join(FREEZE_GROUPS)
+            _check(group in FREEZE_GROUPS, f"freeze: no part {group!r}; choose from {choices}")
+        _check(
+            not self.freeze or self.task == "translate",
+            f"freeze is for task 'translate', not {self.task!r}",
+        )
+        mixed = self.mix_src is not None or self.mix_tgt is not None
+        _check(
+            not mixed or (self.mix_src is not None and self.mix_tgt is not None),
+            "mix_src and mix_tgt go together: the two sides of the general pairs",
+        )
+        _check(
+            (0.0 < self.mix_ratio < 1.0) if mixed else self.mix_ratio == 0.0,
+            f"mix_ratio must be in (0, 1) with mix_src and mix_tgt, and 0 without them; "
+            f"got {self.mix_ratio}",
+        )
+        _check(
+            self.lowercase is not None or self.init_from is not None,
+            "lowercase must be true or false (null only with init_from: the model's tokenizer "
+            "decides)",
+        )
+        _check(
+            0.0 <= self.max_unk_rate <= 1.0,
+            f"max_unk_rate must be in [0, 1], got {self.max_unk_rate}",
         )
 
     def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
@@ -413,6 +467,12 @@ def load_train_config(
         )
     model = {**(data.get("model") or {}), **override_model}
     merged = {**data, **overrides}
+    if isinstance(merged.get("freeze"), str):  # --freeze embeddings,encoder
+        merged["freeze"] = [g.strip() for g in merged["freeze"].split(",") if g.strip()]
+    if merged.get("init_from") is not None and merged.get("task", "translate") in FINE_TUNES:
+        merged = {**FINE_TUNE_DEFAULTS, **merged}
+    if merged.get("init_from") is not None:  # the model's tokenizer decides, unless told
+        merged = {"lowercase": None, **merged}
     if model:
         merged["model"] = model
     return TrainConfig.from_dict(merged)

@@ -350,9 +350,9 @@ class Trainer:
         """Whether `metrics` hold the best validation so far (then recorded in the progress)."""
         return self.progress.improve(validation_score(self.cfg.valid_metric, metrics), self.step)
 
-    def _checkpoint(self, row: dict[str, Any]) -> bool:
-        """Validate (if there is a validation set), keep the best model, save a step checkpoint.
-        Returns True when early stopping says to stop."""
+    def _checkpoint(self, row: dict[str, Any], save: bool = True) -> bool:
+        """Validate (if there is a validation set), keep the best model, save a step checkpoint
+        (unless not `save`). Returns True when early stopping says to stop."""
         p = self.progress
         if self.task.has_validation():
             metrics = self.validate() if self.env.is_main else {}
@@ -369,7 +369,8 @@ class Trainer:
                     self._write_model_dir()
         elif self.env.is_main:  # no validation data: the last model is the model
             self._write_model_dir()
-        self._save()
+        if save:
+            self._save()
         stop = self.cfg.patience is not None and p.bad_validations >= self.cfg.patience
         return bool(all_reduce_sum(float(stop), self.env, self.device))
 
@@ -414,6 +415,10 @@ class Trainer:
         if training_log is not None:
             closing = contextlib.closing(training_log)
         with self.run_dir.removed_on_failure(), closing:  # closed first, then OUT removed
+            if self.step == 0 and self.task.starts_trained():  # its score is the one to beat
+                self._checkpoint(row := {"step": 0, "epoch": 0}, save=False)
+                if training_log is not None:
+                    training_log.write({**row, "elapsed_s": 0.0})
             stopped_early = self._loop(training_log)
         p = self.progress
         result = TrainResult(self.out, p.step, p.best_step, p.best_metric, stopped_early, p.history)

@@ -123,6 +123,10 @@ class Task(Generic[Examples, BatchT]):
         """Validation metrics beyond the loss (the loss is the trainer's)."""
         return {}
 
+    def starts_trained(self) -> bool:
+        """Whether the model starts from a trained one (the trainer then validates it first)."""
+        return False
+
     def metadata(self) -> dict[str, Any]:
         """Keys for the model directory's config.json."""
         return {"task": self.cfg.task}

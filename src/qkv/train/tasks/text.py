@@ -1,4 +1,8 @@
-"""Tasks on single texts: the decoder-only language model and BERT's masked language model."""
+"""Tasks on single texts: the decoder-only language model and BERT's masked language model.
+
+A language model may continue a trained one (`init_from`, a qkv lm directory): its tokenizer files
+are copied unchanged, its shape kept, its weights the start (`qkv.train.init`).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from ...data.named import get_corpus, named_paths
 from ...data.text import load_text
 from ...data.tokenizer import SubwordTokenizer
 from ...model import DecoderOnly, EncoderOnly
+from ..init import InitModel, load_init
 from ..loss import LanguageModelLoss, MaskedLMLoss
 from ..prepare import (
     load_corpora,
@@ -125,8 +130,26 @@ class LanguageModelTask(TextTask[list[list[int]]]):
 
     noun = "training texts"
 
+    def __init__(self, cfg: TrainConfig) -> None:
+        super().__init__(cfg)
+        # the language model to continue, read (and checked) before the run creates OUT
+        self.init: InitModel | None = None
+        if cfg.init_from is not None:
+            self.init = load_init(cfg.init_from, cfg.model, task="lm")
+            self.init.check_case(cfg.lowercase)
+
     def prepare(self, out: Path, train_tokenizer: bool, tokenizer_dir: Path | None = None) -> None:
+        if self.init is not None and train_tokenizer:  # the model's tokenizer, not a new one
+            self.init.write_tokenizer(out)
+            train_tokenizer = False
         self._encode_texts(out, train_tokenizer, tokenizer_dir)
+
+    def starts_trained(self) -> bool:
+        return self.init is not None
+
+    def metadata(self) -> dict[str, Any]:
+        origin = {} if self.init is None else {"init_from": self.init.origin}
+        return {**super().metadata(), **origin}
 
     def collate(
         self, examples: list[list[int]], indices: list[int], key: Sequence[int]
@@ -136,7 +159,9 @@ class LanguageModelTask(TextTask[list[list[int]]]):
         n = int((targets != self.tokenizer.pad_id).sum())
         return TextBatch(seq[:, :-1], targets, n)
 
-    def build_model(self) -> DecoderOnly:
+    def build_model(self) -> nn.Module:
+        if self.init is not None:
+            return self.init.build()
         v = self.tokenizer.src_vocab_size
         return DecoderOnly(self.cfg.model_config(v, v))
 
