@@ -1,4 +1,4 @@
-"""Prepared training data (qkv.train.prepare, qkv.data.store, qkv.data.mapped): made once,
+"""Prepared training data (qkv.train.prepare, qkv.data.store, qkv.data.ondisk): made once,
 memory-mapped, equal to encoding the files in memory, reused by fingerprint, never used
 half-written."""
 
@@ -71,7 +71,7 @@ def test_prepared_ids_equal_encoding_the_files_in_memory(tmp_path: Path, monkeyp
         "train_src": fingerprint([src[i] for i in keep]),
         "train_tgt": fingerprint([tgt[i] for i in keep]),
     }
-    assert data.train_src.ids.dtype == np.uint16  # a vocabulary of 50 fits in 16 bits
+    assert data.train_src.dtype == np.uint16  # a vocabulary of 50 fits in 16 bits
 
 
 def count_calls(monkeypatch, owner: Any, name: str) -> list[int]:

@@ -153,8 +153,8 @@ class TokenBatchSampler:
         """
         if len(src_lens) != len(tgt_lens):
             raise ValueError(f"{len(src_lens)} source lengths but {len(tgt_lens)} target lengths")
-        self.src_sizes = np.asarray(src_lens, dtype=np.int64) + SRC_SPECIALS
-        self.tgt_sizes = np.asarray(tgt_lens, dtype=np.int64) + TGT_SPECIALS
+        self.src_sizes = np.asarray(src_lens, dtype=np.int32) + SRC_SPECIALS
+        self.tgt_sizes = np.asarray(tgt_lens, dtype=np.int32) + TGT_SPECIALS
         too_long = np.flatnonzero(np.maximum(self.src_sizes, self.tgt_sizes) > self.max_tokens)
         if too_long.size:
             i = int(too_long[0])

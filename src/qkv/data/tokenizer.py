@@ -275,7 +275,7 @@ class SubwordTokenizer:
         lowercase: bool = False,
     ) -> SubwordTokenizer:
         """Train on raw sentences and save to `out_dir`. The sentences are streamed (a mapped
-        `qkv.data.mapped.TextLines` is never read whole).
+        `qkv.data.ondisk.TextLines` is never read whole).
 
         vocab_size: the size of each model (an upper bound on tiny corpora).
         model_type: "unigram" or "bpe".

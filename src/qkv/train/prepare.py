@@ -10,7 +10,7 @@ Three stages, each a directory built once under the prepared-data folder (`prepa
 Every stage streams: the files are read a line at a time, SentencePiece trains on a seeded
 reservoir sample of the text (`input_sentence_size`), and pairs are encoded a chunk at a time, so
 memory does not grow with the corpus. A second run on the same files and settings, a resumed run
-and every torchrun rank map the same files. Every drop is counted and reported.
+and every torchrun rank read the same files (`qkv.data.ondisk`). Every drop is counted and reported.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import numpy as np
 
 from ..config import cache_dir
 from ..data.corpus import ParallelCorpus, clean, iter_parallel, iter_tsv, load_parallel, load_tsv
-from ..data.mapped import SequenceWriter, TextLines, TokenArray, id_dtype
 from ..data.named import get_corpus, load_named, named_paths
+from ..data.ondisk import SequenceWriter, TextLines, TokenArray, id_dtype
 from ..data.store import built_once, file_sha256
 from ..data.synthetic import synthetic_splits
 from ..data.tokenizer import SubwordTokenizer, seed_sampling
@@ -233,8 +233,8 @@ def sequences_fingerprint(array: TokenArray) -> str:
     """`tasks.base.fingerprint` of a mapped array (lengths, then ids, as int64), read a chunk at
     a time."""
     h = hashlib.sha256(array.lengths.astype(np.int64).tobytes())
-    for start in range(0, len(array.ids), 1 << 22):
-        h.update(np.asarray(array.ids[start : start + (1 << 22)], dtype=np.int64).tobytes())
+    for ids in array.id_chunks():
+        h.update(ids.astype(np.int64).tobytes())
     return h.hexdigest()[:16]
 
 
@@ -359,7 +359,7 @@ def sample_segmentation(
     A pair whose sampled form has a side longer than `max_len` keeps its deterministic ids, so the
     set of pairs, and their number, is that of `data` in every draw.
     """
-    dtype = data.train_src.ids.dtype
+    dtype = data.train_src.dtype
     writers = SequenceWriter(directory, "src", dtype), SequenceWriter(directory, "tgt", dtype)
     tok = data.tokenizer
     for k, start in enumerate(range(0, len(data.rows), CHUNK)):

@@ -1,20 +1,23 @@
-"""Sequences on disk, read through memory maps: what lets a corpus of millions of pairs train in
-the memory of a small one.
+"""Sequences on disk: what lets a corpus of millions of pairs train in the memory of a small one.
 
 A `TokenArray` is a list of id sequences stored as one flat array of ids (`NAME.bin`, raw
 little-endian: uint16 when every id fits, else int32) and an index of offsets (`NAME.idx.npy`,
 (N+1,) int64): sequence i is ids[offsets[i]:offsets[i+1]]. A `TextLines` is the same for UTF-8
 text (`NAME.bin` the bytes, each text followed by a newline; `NAME.idx.npy` the byte offsets).
-This is the layout of fairseq's memory-mapped indexed datasets, in numpy's own formats: nothing
-is unpickled, the operating system's page cache shares the files between processes (every
-torchrun rank maps the same pages), and a process's memory holds only the lengths and what a
-batch reads.
+This is the layout of fairseq's indexed datasets, in numpy's own formats, so nothing is unpickled.
+The index is memory-mapped (every torchrun rank shares its pages); the sequences are read with
+positional reads (`os.pread`) as a batch asks for them, so the operating system's page cache,
+shared by all processes, holds the data, and a process's own memory holds only the lengths and
+what a batch reads (a mapped data file would count in each process's resident memory as it is
+read).
 
 `SequenceWriter` appends sequences chunk by chunk, so that nothing is held whole while writing.
 """
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -69,26 +72,34 @@ class SequenceWriter:
         self._data.close()
 
 
-def _map(directory: Path, name: str, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets (N+1,) int64, data), both mapped read-only, of NAME in `directory`."""
-    offsets = np.load(directory / f"{name}{INDEX_SUFFIX}", mmap_mode="r")
-    path = directory / f"{name}{DATA_SUFFIX}"
-    expected = int(offsets[-1]) * dtype.itemsize
-    size = path.stat().st_size
-    if offsets.ndim != 1 or size != expected:
-        raise ValueError(f"{path}: {size} bytes, but its index says {expected}")
-    if size == 0:  # a zero-length file cannot be mapped
-        return offsets, np.zeros(0, dtype)
-    return offsets, np.memmap(path, dtype=dtype, mode="r")
+class _Stored:
+    """The mapped index of NAME in `directory` and an open file of its data, checked against
+    each other."""
+
+    def __init__(self, directory: Path, name: str, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self.offsets = np.load(directory / f"{name}{INDEX_SUFFIX}", mmap_mode="r")
+        path = directory / f"{name}{DATA_SUFFIX}"
+        expected = int(self.offsets[-1]) * dtype.itemsize
+        size = path.stat().st_size
+        if self.offsets.ndim != 1 or size != expected:
+            raise ValueError(f"{path}: {size} bytes, but its index says {expected}")
+        self._fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
+
+    def read(self, start: int, stop: int) -> bytes:
+        """The bytes of items start..stop-1 (ids or text bytes) of the data file."""
+        size = self.dtype.itemsize
+        return os.pread(self._fd, (stop - start) * size, start * size)
 
 
-class TokenArray(Sequence[list[int]]):
-    """Id sequences mapped from disk: `array[i]` is sequence i as a list of ints; `lengths` is
-    the (N,) array of their lengths, in memory (the batch sampler sorts by them)."""
+class TokenArray(_Stored, Sequence[list[int]]):
+    """Id sequences on disk: `array[i]` is sequence i as a list of ints; `lengths` is the (N,)
+    array of their lengths, in memory (the batch sampler sorts by them)."""
 
     def __init__(self, directory: Path, name: str, dtype: np.dtype | str) -> None:
-        self.offsets, self.ids = _map(directory, name, np.dtype(dtype))
-        self.lengths = np.diff(self.offsets)
+        super().__init__(directory, name, np.dtype(dtype))
+        self.lengths = np.diff(self.offsets).astype(np.int32)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -96,17 +107,24 @@ class TokenArray(Sequence[list[int]]):
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        return self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()
+        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+        return np.frombuffer(self.read(start, stop), dtype=self.dtype).tolist()
 
     def __iter__(self) -> Iterator[list[int]]:
         return (self[i] for i in range(len(self)))
 
+    def id_chunks(self, size: int = 1 << 22) -> Iterator[np.ndarray]:
+        """All the ids, back to back, `size` at a time."""
+        total = int(self.offsets[-1])
+        for start in range(0, total, size):
+            yield np.frombuffer(self.read(start, min(start + size, total)), dtype=self.dtype)
 
-class TextLines(Sequence[str]):
-    """UTF-8 texts mapped from disk, each stored with a newline after it: `lines[i]` is text i."""
+
+class TextLines(_Stored, Sequence[str]):
+    """UTF-8 texts on disk, each stored with a newline after it: `lines[i]` is text i."""
 
     def __init__(self, directory: Path, name: str) -> None:
-        self.offsets, self.data = _map(directory, name, np.dtype(np.uint8))
+        super().__init__(directory, name, np.dtype(np.uint8))
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -114,13 +132,13 @@ class TextLines(Sequence[str]):
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        return self.data[self.offsets[i] : self.offsets[i + 1] - 1].tobytes().decode("utf-8")
+        return self.block(i, i + 1)[0]
 
     def block(self, start: int, stop: int) -> list[str]:
-        """Texts start..stop-1, read with one decode."""
+        """Texts start..stop-1, read with one read and one decode."""
         if stop <= start:
             return []
-        raw = self.data[self.offsets[start] : self.offsets[stop]].tobytes()
+        raw = self.read(int(self.offsets[start]), int(self.offsets[stop]))
         return raw.decode("utf-8").split("\n")[:-1]
 
     def __iter__(self) -> Iterator[str]:
