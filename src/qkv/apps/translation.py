@@ -1,5 +1,6 @@
 """What a translation returns: the text, its score and tokens, the n-best list, and on request
-the attention, the word alignment and every attention map (`Translator.translate_detailed`)."""
+the attention, the word alignment and every attention map (`Translator.translate_detailed`), and
+how it is made from the hypotheses of a search (`translation_of`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from ..data.tokenizer import SubwordTokenizer
+from ..decode.alignment import hard_alignment
+from ..decode.search import Hypothesis
 from ..model import AttentionWeights
 
 
@@ -66,4 +70,34 @@ class Extras:
             alignment=[] if self.alignment else None,
         )
 
-__all__ = ["Extras", "Translation"]
+
+def translation_of(
+    tokenizer: SubwordTokenizer,
+    hyps: list[Hypothesis],
+    src_ids: list[int],
+    maps: AttentionWeights | None,
+    extras: Extras,
+) -> Translation:
+    """The Translation of a sentence's hypotheses (best first) and the best one's maps (with
+    `extras` asking for them), detokenized by `tokenizer`."""
+    texts = tokenizer.decode_tgt([h.tokens for h in hyps])
+    nbest = [(text, h.score) for text, h in zip(texts, hyps, strict=True)]
+    best = hyps[0]
+    result = Translation(texts[0], best.score, best.tokens, nbest)
+    if maps is None:
+        return result
+    eos = tokenizer.eos_id
+    result.source_tokens = tokenizer.src_sp.id_to_piece([*src_ids, eos])
+    result.target_tokens = tokenizer.tgt_sp.id_to_piece([*best.tokens, eos])
+    attention = maps.cross[-1].mean(dim=0)  # (T, S): the last layer, heads averaged
+    if extras.attention:
+        result.attention = attention
+    if extras.alignment:  # eos rows and columns left out
+        pieces = result.source_tokens[:-1], result.target_tokens[:-1]
+        result.alignment = hard_alignment(attention[:-1, :-1], *pieces)
+    if extras.maps:
+        result.attention_maps = maps
+    return result
+
+
+__all__ = ["Extras", "Translation", "translation_of"]

@@ -20,8 +20,9 @@ does not depend on the batching or on the order of the input (sampling aside, wh
 the batch). Empty lines give "" without running the model; a line longer than the source limit is
 truncated, with one warning counting such lines. `translate_stream` sorts and batches within chunks
 of consecutive lines instead, so that each translation can be written as soon as it and all before
-it are done. A beam wider than the target vocabulary is refused with a ValueError, as
-`RuntimeOptions` refuses a device this machine lacks.
+it are done, and reads any iterable of lines (a file's) a block at a time: millions of lines go
+through in the memory of one chunk. A beam wider than the target vocabulary is refused with a
+ValueError, as `RuntimeOptions` refuses a device this machine lacks.
 """
 
 from __future__ import annotations
@@ -29,20 +30,19 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor
 
 from ..data.batching import chunks, pad_sequences, sorted_batches
-from ..data.tokenizer import SubwordTokenizer
-from ..decode.alignment import hard_alignment
+from ..data.tokenizer import SubwordTokenizer, check_unicode
 from ..decode.constrained import Constraints
 from ..decode.ensemble import Ensemble
 from ..decode.options import DecodeOptions
 from ..decode.search import Abandoned, Hypothesis, attention_weights, run
 from ..interop.hub import resolve_model
-from ..model import AttentionWeights, Transformer
+from ..model import Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import load_languages, load_model_dir
 from ..runtime.choice import choose_decoding_path
@@ -51,9 +51,10 @@ from ..runtime.prepare import prepare_for_decoding
 from ..runtime.quantize import int8_engine_note
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
 from .glossary import Glossary, check_search, joining_pieces
-from .translation import Extras, Translation
+from .translation import Extras, Translation, translation_of
 
 CHUNK_BATCHES = 16  # translate_stream decodes about this many batches' worth of lines at a time
+BLOCK_LINES = 1000  # and reads and encodes its input this many lines at a time
 # one batch to search: src (B, S), options, max_len (B,), seed, abandoned (row -> drop it?),
 # each row's constraints (None: none)
 _Search = tuple[Tensor, DecodeOptions, Tensor, int, Abandoned | None, list[Constraints] | None]
@@ -206,13 +207,13 @@ class Translator:
             lexically constrained beam search, `decode.constrained`).
         """
         extras = Extras(attention, alignment, attention_maps)
-        ids, options, runtime = self._prepare(texts, options, extras, batch_tokens, workers)
-        found = self.constraints(texts, options, glossary)
-        return list(self._stream(ids, options, extras, runtime, math.inf, found))
+        texts = _checked_texts(texts)
+        options, runtime = self._settings(options, extras, batch_tokens, workers)
+        return list(self._stream(texts, options, extras, runtime, math.inf, glossary))
 
     def translate_stream(
         self,
-        texts: Sequence[str],
+        texts: Iterable[str],
         options: DecodeOptions | None = None,
         *,
         attention: bool = False,
@@ -229,42 +230,37 @@ class Translator:
 
         The input is decoded a chunk at a time: consecutive lines of at most `chunk_tokens` source
         tokens (default: CHUNK_BATCHES * batch_tokens, and at least `workers` batches' worth; a
-        longer line is a chunk alone), sorted by length and batched within the chunk. The texts
-        and the options are checked when this is called, before the first chunk is decoded;
-        leaving the iteration early decodes nothing more. The translations are those of
-        `translate_detailed`, except that sampling's draws depend on the batch, hence on the
-        chunking.
+        longer line is a chunk alone), sorted by length and batched within the chunk. `texts` is a
+        list, or any iterable (a file's lines, a generator), read BLOCK_LINES lines at a time as
+        the chunks are decoded, so that memory holds a chunk, not the input. A list's texts and
+        the options are checked when this is called, before the first chunk is decoded (another
+        iterable's texts as they are read); leaving the iteration early decodes nothing more.
+        The translations are those of `translate_detailed`, except that sampling's draws depend
+        on the batch, hence on the chunking.
         """
         extras = Extras(attention, alignment, attention_maps)
-        ids, options, runtime = self._prepare(texts, options, extras, batch_tokens, workers)
+        if isinstance(texts, Sequence):
+            texts = _checked_texts(texts)
+        options, runtime = self._settings(options, extras, batch_tokens, workers)
         if chunk_tokens is None:
             chunk_tokens = max(CHUNK_BATCHES, runtime.workers) * runtime.batch_tokens
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
-        found = self.constraints(texts, options, glossary)
-        return self._stream(ids, options, extras, runtime, chunk_tokens, found)
+        return self._stream(texts, options, extras, runtime, chunk_tokens, glossary)
 
-    def _prepare(
+    def _settings(
         self,
-        texts: Sequence[str],
         options: DecodeOptions | None,
         extras: Extras,
         batch_tokens: int | None,
         workers: int | None,
-    ) -> tuple[list[list[int]], DecodeOptions, RuntimeOptions]:
-        """Check the arguments of a translation and encode the texts -> (source ids, options, the
-        runtime options with this call's batch_tokens and workers)."""
-        if isinstance(texts, str):
-            raise TypeError("texts must be a list of sentences, got one str; pass [text]")
-        texts = list(texts)
-        if not all(isinstance(t, str) for t in texts):
-            kinds = sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
-            raise TypeError(f"texts must be strings, got {', '.join(kinds)}")
+    ) -> tuple[DecodeOptions, RuntimeOptions]:
+        """The options of a translation, checked, and the runtime options with this call's
+        batch_tokens and workers."""
         options = self._check_options(options, extras)
         given = {"batch_tokens": batch_tokens, "workers": workers}
         changes = {name: value for name, value in given.items() if value is not None}
-        runtime = self.runtime.replace(**changes) if changes else self.runtime
-        return self.encode(texts), options, runtime
+        return options, self.runtime.replace(**changes) if changes else self.runtime
 
     def _check_options(self, options: DecodeOptions | None, extras: Extras) -> DecodeOptions:
         """The options (None: the defaults), checked against this translator."""
@@ -287,25 +283,33 @@ class Translator:
 
     def _stream(
         self,
-        ids: list[list[int]],
+        texts: Iterable[str],
         options: DecodeOptions,
         extras: Extras,
         runtime: RuntimeOptions,
         chunk_tokens: float,
-        constraints: list[Constraints] | None,
+        glossary: Glossary | None,
     ) -> Iterator[Translation]:
-        """The translations of `ids`, in order, decoded a chunk of at most chunk_tokens source
-        tokens at a time, batched as `runtime` says. Batch b of the whole input samples with
-        seed + b."""
-        first_batch = 0
-        for start, end in chunks(ids, chunk_tokens):
-            chunk = ids[start:end]
-            batches = self.batches(chunk, runtime.batch_tokens, runtime.workers)
-            found = None if constraints is None else constraints[start:end]
+        """The translations of `texts`, in order: read, checked and encoded BLOCK_LINES at a time,
+        decoded a chunk of at most chunk_tokens source tokens at a time, batched as `runtime`
+        says. Batch b of the whole input samples with seed + b. At the end, one warning counts
+        the lines truncated."""
+        seen, truncated, first_batch = 0, 0, 0
+
+        def encode(block: list[str]) -> list[list[int]]:
+            nonlocal seen, truncated
+            ids, lengths = self.encode_counting(_checked_texts(block, seen))
+            seen, truncated = seen + len(block), truncated + self._truncated(lengths)
+            return ids
+
+        for chunk, ids in chunks(texts, encode, chunk_tokens, BLOCK_LINES):
+            batches = self.batches(ids, runtime.batch_tokens, runtime.workers)
+            found = self.constraints(chunk, options, glossary)
             yield from self._decode_batches(
-                chunk, batches, options, extras, runtime.workers, first_batch, None, found
+                ids, batches, options, extras, runtime.workers, first_batch, None, found
             )
             first_batch += len(batches)
+        self._warn_truncated(truncated, seen)
 
     def batches(self, ids: list[list[int]], batch_tokens: int, workers: int = 1) -> list[list[int]]:
         """The one batching of source ids: the indices of the non-empty ones, longest first, cut
@@ -370,7 +374,9 @@ class Translator:
             for row, (i, sentence_hyps) in enumerate(zip(batch, hyps, strict=True)):
                 row_maps = None if maps is None else maps[row]
                 if sentence_hyps:
-                    results[i] = self._translation(sentence_hyps, ids[i], row_maps, extras)
+                    results[i] = translation_of(
+                        self.tokenizer, sentence_hyps, ids[i], row_maps, extras
+                    )
         return results
 
     def _forked_workers(self, workers: int) -> ForkedWorkers:
@@ -431,14 +437,7 @@ class Translator:
         """Source ids of each text, truncated to leave room for eos within max_src_tokens (with
         one warning counting the lines truncated)."""
         ids, lengths = self.encode_counting(texts)
-        room = self.max_src_tokens - 1
-        n_long = sum(n > room for n in lengths)
-        if n_long:
-            warnings.warn(
-                f"{n_long} of {len(texts)} input lines are longer than {room} subword tokens "
-                "and were truncated to that length",
-                stacklevel=4,
-            )
+        self._warn_truncated(self._truncated(lengths), len(texts))
         return ids
 
     def encode_counting(self, texts: list[str]) -> tuple[list[list[int]], list[int]]:
@@ -447,6 +446,18 @@ class Translator:
         ids = self.tokenizer.encode_src(texts)
         room = self.max_src_tokens - 1
         return [seq[:room] for seq in ids], [len(seq) for seq in ids]
+
+    def _truncated(self, lengths: list[int]) -> int:
+        """How many of the texts of these lengths (`encode_counting`'s) were cut."""
+        return sum(n > self.max_src_tokens - 1 for n in lengths)
+
+    def _warn_truncated(self, n_long: int, n_lines: int) -> None:
+        if n_long:
+            warnings.warn(
+                f"{n_long} of {n_lines} input lines are longer than {self.max_src_tokens - 1} "
+                "subword tokens and were truncated to that length",
+                stacklevel=4,
+            )
 
     def translation_of(
         self, ids: list[int], hyps: list[Hypothesis], maps: bool = False
@@ -459,39 +470,25 @@ class Translator:
         if maps:  # one teacher-forced pass over the best hypothesis
             src = pad_sequences([[*ids, self.tokenizer.eos_id]], self.tokenizer.pad_id)
             [weights] = attention_weights(self.model, src.to(self.device), [hyps[0].tokens])
-        return self._translation(hyps, ids, weights, extras)
-
-    def _translation(
-        self,
-        hyps: list[Hypothesis],
-        src_ids: list[int],
-        maps: AttentionWeights | None,
-        extras: Extras,
-    ) -> Translation:
-        """The Translation of a sentence's hypotheses (best first) and the best one's maps."""
-        texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
-        nbest = [(text, h.score) for text, h in zip(texts, hyps, strict=True)]
-        best = hyps[0]
-        result = Translation(texts[0], best.score, best.tokens, nbest)
-        if maps is None:
-            return result
-        eos = self.tokenizer.eos_id
-        result.source_tokens = self.tokenizer.src_sp.id_to_piece([*src_ids, eos])
-        result.target_tokens = self.tokenizer.tgt_sp.id_to_piece([*best.tokens, eos])
-        attention = maps.cross[-1].mean(dim=0)  # (T, S): the last layer, heads averaged
-        if extras.attention:
-            result.attention = attention
-        if extras.alignment:  # eos rows and columns left out
-            pieces = result.source_tokens[:-1], result.target_tokens[:-1]
-            result.alignment = hard_alignment(attention[:-1, :-1], *pieces)
-        if extras.maps:
-            result.attention_maps = maps
-        return result
+        return translation_of(self.tokenizer, hyps, ids, weights, extras)
 
 
 def _picked(abandoned: Abandoned, batch: list[int]) -> Abandoned:
     """`abandoned` asked about text batch[r] for row r of a batch."""
     return lambda r: abandoned(batch[r])
+
+
+def _checked_texts(texts: Sequence[str], first: int = 0) -> list[str]:
+    """`texts` as a list, checked to be strings of valid Unicode (a TypeError or ValueError naming
+    the first that is not; texts[0] is the text of index `first` of the input)."""
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of sentences, got one str; pass [text]")
+    texts = list(texts)
+    if not all(isinstance(t, str) for t in texts):
+        kinds = sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
+        raise TypeError(f"texts must be strings, got {', '.join(kinds)}")
+    check_unicode(texts, first)
+    return texts
 
 
 def _checked_runtime(runtime: RuntimeOptions | None) -> RuntimeOptions:

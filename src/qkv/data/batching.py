@@ -12,9 +12,9 @@ the source, bos and eos to the target) are counted here, through SRC_SPECIALS an
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, pairwise
+from itertools import chain, islice, pairwise
 
 import numpy as np
 import torch
@@ -235,15 +235,28 @@ def sorted_batches(
     return [order[start:end] for start, end in bounds]
 
 
-def chunks(ids: Sequence[Sequence[int]], chunk_tokens: float) -> Iterator[tuple[int, int]]:
-    """(start, end) of consecutive runs of `ids` holding at most chunk_tokens tokens (eos counted;
-    empty sequences count none) each; a longer sequence is a run alone."""
-    start, tokens = 0, 0
-    for i, seq in enumerate(ids):
-        size = len(seq) + 1 if seq else 0
-        if tokens and tokens + size > chunk_tokens:
-            yield start, i
-            start, tokens = i, 0
-        tokens += size
-    if start < len(ids):
-        yield start, len(ids)
+def chunks(
+    texts: Iterable[str],
+    encode: Callable[[list[str]], list[list[int]]],
+    chunk_tokens: float,
+    block_lines: int,
+) -> Iterator[tuple[list[str], list[list[int]]]]:
+    """Consecutive runs of `texts` with their ids, each holding at most chunk_tokens tokens (eos
+    counted; empty sequences count none); a longer sequence is a run alone. The texts are read and
+    encoded (`encode`, called on `block_lines` texts at a time) only as the runs are asked for:
+    memory holds one run and one block, whatever the length of the input."""
+    reading = iter(texts)
+    run_texts: list[str] = []
+    run_ids: list[list[int]] = []
+    tokens = 0
+    while block := list(islice(reading, block_lines)):
+        for text, seq in zip(block, encode(block), strict=True):
+            size = len(seq) + 1 if seq else 0
+            if tokens and tokens + size > chunk_tokens:
+                yield run_texts, run_ids
+                run_texts, run_ids, tokens = [], [], 0
+            run_texts.append(text)
+            run_ids.append(seq)
+            tokens += size
+    if run_texts:
+        yield run_texts, run_ids

@@ -158,10 +158,11 @@ def marian_text(sp: spm.SentencePieceProcessor, pieces: list[str]) -> str:
     return sp.decode_pieces(pieces).replace(SPACE_SYMBOL, " ").strip()
 
 
-def check_unicode(texts: list[str]) -> None:
+def check_unicode(texts: list[str], first: int = 0) -> None:
     """A ValueError naming the first text that is not valid Unicode: one holding a lone surrogate
-    (U+D800..U+DFFF), as bytes decoded with errors="surrogateescape" do."""
-    for i, text in enumerate(texts):
+    (U+D800..U+DFFF), as bytes decoded with errors="surrogateescape" do; texts[0] is named as the
+    text of index `first` (a block of a longer input)."""
+    for i, text in enumerate(texts, start=first):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:

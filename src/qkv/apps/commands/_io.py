@@ -5,43 +5,60 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 BOM = "\ufeff"  # a UTF-8 byte order mark: dropped from the start of every input, as text tools do
 
 
 def read_lines(path: str, what: str = "--input") -> list[str]:
-    """Lines of a UTF-8 text file (.gz allowed), split on "\\n" only, without a leading BOM."""
-    from ...data.corpus import read_lines as read_corpus_lines
+    """All the lines of a UTF-8 text file (see `file_lines`)."""
+    return list(file_lines(path, what))
+
+
+def file_lines(path: str, what: str = "--input") -> Iterator[str]:
+    """Lines of a UTF-8 text file (.gz allowed), one at a time, split on "\\n" only, without a
+    leading BOM; a line that is not UTF-8 is a ValueError naming the file and the line."""
+    from ...data.corpus import iter_lines
 
     if Path(path).is_dir():
         raise ValueError(f"{what} {path} is a directory, not a text file")
-    lines = read_corpus_lines(path)
-    if lines:
-        lines[0] = lines[0].removeprefix(BOM)
-    return lines
+    return iter_lines(path)
+
+
+def count_lines(path: str, what: str = "--input") -> int:
+    """How many lines a text file has, every one of them checked as `file_lines` reads it: one
+    pass that holds a line at a time, so that a bad line is refused before any work."""
+    return sum(1 for _ in file_lines(path, what))
+
+
+def input_lines(path: str | None) -> Iterator[str]:
+    """Lines of FILE (`file_lines`) or of stdin (read as UTF-8 whatever the locale), one at a time
+    as they are asked for, split on "\\n" only, without a leading BOM. A closed stdin is refused
+    now; a line that is not UTF-8, when it is read."""
+    if path is not None:
+        return file_lines(path)
+    if sys.stdin is None:
+        raise ValueError("standard input is closed; give --input FILE")
+    buffer = getattr(sys.stdin, "buffer", None)  # None: a text-only stdin
+    return _stdin_lines(sys.stdin if buffer is None else buffer)
+
+
+def _stdin_lines(stdin: Iterable[bytes | str]) -> Iterator[str]:
+    for number, raw in enumerate(stdin, start=1):
+        try:
+            line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"stdin:{number}: invalid UTF-8 ({e.reason} at byte {e.start})"
+            ) from None
+        line = line.removesuffix("\n").removesuffix("\r")
+        yield line.removeprefix(BOM) if number == 1 else line
 
 
 def read_input_lines(path: str | None) -> list[str]:
-    """Lines of FILE (or of stdin, read as UTF-8 whatever the locale), split on "\\n" only, without
-    a leading BOM."""
-    if path is not None:
-        return read_lines(path)
-    if sys.stdin is None:
-        raise ValueError("standard input is closed; give --input FILE")
-    if hasattr(sys.stdin, "buffer"):
-        data = sys.stdin.buffer.read()
-    else:
-        data = sys.stdin.read().encode("utf-8")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"stdin is not valid UTF-8 ({e.reason} at byte {e.start})") from None
-    lines = text.removeprefix(BOM).split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    return [line.removesuffix("\r") for line in lines]
+    """All the lines of FILE or of stdin (see `input_lines`)."""
+    return list(input_lines(path))
 
 
 class OutputError(ValueError):

@@ -2,7 +2,9 @@
 
 One test set prints sacreBLEU's lines; several (--src/--ref given again, --split given again, or
 files and a corpus together) print one table, a row per test set, so that a model's score on its
-domain and on general text (before and after fine-tuning) read side by side.
+domain and on general text (before and after fine-tuning) read side by side. The files are read a
+chunk at a time and scored a block at a time (`evaluate.CorpusScorer`), so that a test set of
+millions of lines runs in bounded memory.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from ...decode.options import DecodeOptions
@@ -23,7 +26,7 @@ from ._flags import (
     restart_on_cpu,
     runtime_options,
 )
-from ._io import Output, check_output_path, read_lines
+from ._io import Output, check_output_path, count_lines, file_lines
 from ._translating import load_translator, translate_lines
 
 if TYPE_CHECKING:
@@ -100,15 +103,15 @@ def run(args: argparse.Namespace) -> int:
     options = decode_options(args)
     runtime = runtime_options(args)
     tests = _test_sets(args)
-    texts = [_read_test_set(test) for test in tests]  # every file read before the model loads
+    totals = [_count_test_set(test) for test in tests]  # every file checked before the model loads
     if args.output:
         if len(tests) > 1:
             raise ValueError(f"--output takes one test set, not {len(tests)}")
         check_output_path(args.output, [tests[0].src, tests[0].ref, tests[0].tok_ref])
     restart_on_cpu(args, runtime.device)  # after the checks
     translator = load_translator(args.model, runtime)
-    pairs = zip(tests, texts, strict=True)
-    rows = [_score(args, translator, test, text, options) for test, text in pairs]
+    pairs = zip(tests, totals, strict=True)
+    rows = [_score(args, translator, test, total, options) for test, total in pairs]
     if len(rows) == 1:
         print(rows[0][2].format())
     else:
@@ -120,23 +123,32 @@ def _score(
     args: argparse.Namespace,
     translator: Translator,
     test: Files,
-    text: tuple[list[str], list[str], list[str] | None],
+    total: int,
     options: DecodeOptions,
 ) -> tuple[str, int, Scores]:
-    """The test set translated (into --output, if given) and scored: (name, sentences, scores)."""
-    from ..evaluate import score
+    """The test set (of `total` lines) translated (into --output, if given) and scored as it is
+    read: (name, sentences, scores)."""
+    from ..evaluate import CorpusScorer
 
-    sources, refs, tok_refs = text
+    # a model that writes lowercase is scored case-insensitively
+    scorer = CorpusScorer(test.lang, test.tok_ref is not None, translator.tokenizer.lowercase)
+    refs = file_lines(test.ref, "--ref")
+    tok_refs = repeat(None) if test.tok_ref is None else file_lines(test.tok_ref, "--tok-ref")
     output = Output(args.output) if args.output else None
     try:
-        results = translate_lines(args, translator, sources, options, output)
+        translate_lines(
+            args,
+            translator,
+            file_lines(test.src, "--src"),
+            options,
+            output,
+            total=total,
+            each=lambda t: scorer.add(t.text, next(refs), next(tok_refs)),
+        )
     finally:
         if output is not None:
             output.close()
-    hyps = [r.text for r in results]
-    # a model that writes lowercase is scored case-insensitively
-    lowercase = translator.tokenizer.lowercase
-    return test.name, len(hyps), score(hyps, refs, test.lang, tok_refs, lowercase=lowercase)
+    return test.name, total, scorer.scores()
 
 
 def _languages(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -201,16 +213,16 @@ def _corpus_sets(
     return tests
 
 
-def _read_test_set(test: Files) -> tuple[list[str], list[str], list[str] | None]:
-    """The sources, references and tokenized references (or None), line-aligned and not empty."""
-    sources = read_lines(test.src, "--src")
-    refs = read_lines(test.ref, "--ref")
-    tok_refs = None if test.tok_ref is None else read_lines(test.tok_ref, "--tok-ref")
-    if len(sources) != len(refs) or (tok_refs is not None and len(tok_refs) != len(refs)):
-        counts = f"{test.src} has {len(sources)} lines, {test.ref} {len(refs)}"
-        if tok_refs is not None:
-            counts += f", {test.tok_ref} {len(tok_refs)}"
+def _count_test_set(test: Files) -> int:
+    """How many lines the sources, references and tokenized references (if any) have: the same
+    number, not zero (each file read once, a line at a time, and checked)."""
+    n_src, n_ref = count_lines(test.src, "--src"), count_lines(test.ref, "--ref")
+    n_tok = None if test.tok_ref is None else count_lines(test.tok_ref, "--tok-ref")
+    if n_src != n_ref or (n_tok is not None and n_tok != n_ref):
+        counts = f"{test.src} has {n_src} lines, {test.ref} {n_ref}"
+        if n_tok is not None:
+            counts += f", {test.tok_ref} {n_tok}"
         raise ValueError(counts)
-    if not sources:
+    if not n_src:
         raise ValueError(f"{test.src} and {test.ref} are empty: no sentences to evaluate")
-    return sources, refs, tok_refs
+    return n_src

@@ -1,4 +1,6 @@
-"""`qkv translate`: lines of stdin or --input translated to stdout, one line per line."""
+"""`qkv translate`: lines of stdin or --input translated to stdout, one line per line, read a chunk
+at a time (`Translator.translate_stream`), so that a file of millions of lines runs in the memory of
+one chunk; an HTML document (--format html) is read whole."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from ._flags import (
     restart_on_cpu,
     runtime_options,
 )
-from ._io import Output, read_input_lines
+from ._io import Output, count_lines, input_lines
 from ._translating import load_translator, translate_html, translate_lines, translate_paragraphs
 
 # a file of this many lines restarts the command with tcmalloc on the CPU: the restart costs ~1 s,
@@ -25,7 +27,8 @@ RESTART_LINES = 1000
 HELP = "translate lines from stdin or --input to stdout, one line per line"
 DESCRIPTION = (
     "Translate text: one output line per input line (an empty line gives an empty line), written "
-    "in input order as soon as it and the lines before it are done. A byte order mark at the "
+    "in input order as soon as it and the lines before it are done; the input is read a chunk "
+    "at a time, so that memory does not grow with it. A byte order mark at the "
     "start of the input is dropped. Beam search by default; --sample draws tokens instead."
 )
 NBEST_HELP = (
@@ -78,9 +81,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--trace shows beam search without a glossary: leave out --glossary")
     runtime = runtime_options(args)  # a bad device, before the input is read
     glossary = read_glossary(args)
-    lines = read_input_lines(args.input)
-    if args.input is not None and len(lines) >= RESTART_LINES:  # a file, read again after it
-        restart_on_cpu(args, runtime.device)
+    total = None  # a file is counted (and checked) first, stdin is not
+    if args.input is not None:
+        total = count_lines(args.input)
+        if total >= RESTART_LINES:  # a file, read again after the restart
+            restart_on_cpu(args, runtime.device)
+    lines = input_lines(args.input)  # read as the translator asks for them
     output = Output()
     translator = load_translator(args.model, runtime)
     if args.trace:
@@ -92,5 +98,5 @@ def run(args: argparse.Namespace) -> int:
     elif args.split == "sentences":
         translate_paragraphs(translator, lines, options, output, glossary)
     else:
-        translate_lines(args, translator, lines, options, output, glossary)
+        translate_lines(args, translator, lines, options, output, glossary, total=total)
     return 0
