@@ -19,6 +19,7 @@ Seconds to the first update are read from log.csv (--log_every 1), RSS from /pro
 the whole process tree (torchrun and its ranks), disk with the size of the prepared folder.
 Preparation tokens/s: the prepared ids' tokens over (first run's seconds to the first update minus
 the second run's). Run it alone on the machine: other work slows every time it reports.
+`--from-json scale.json [--plot P]` prints the table (and draws the plot) of a saved run.
 """
 
 from __future__ import annotations
@@ -189,6 +190,22 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def table(rows: list[dict]) -> str:
+    """The rows as docs/benchmarks.md's Markdown table."""
+    lines = ["| pairs | data | run | ranks | first update | peak RSS (sum) | PSS (sum) | disk | "
+             "preparation |", "|--:|---|---|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        prep = r.get("prepare_tokens_per_s")
+        disk = r.get("disk_mib")
+        lines.append(
+            f"| {r['pairs'] / 1e6:.2f}M | {r['path']} | {r['run']} | {r['ranks']} | "
+            f"{r['first_update_s']:.0f} s | {r['peak_rss_mib'] / 1024:.2f} GiB | "
+            f"{r['peak_pss_mib'] / 1024:.2f} GiB | "
+            f"{'–' if disk is None else f'{disk:,.0f} MiB'} | "
+            f"{'–' if prep is None else f'{prep / 1e6:.2f}M tokens/s'} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
@@ -198,10 +215,18 @@ def main() -> None:
     parser.add_argument("--old-tree", type=Path, help="a checkout whose qkv train holds lists")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--plot", type=Path)
+    parser.add_argument("--from-json", type=Path, help="print the table and plot of a saved run")
     args = parser.parse_args()
+    if args.from_json:
+        rows = json.loads(args.from_json.read_text())["rows"]
+        print(table(rows))
+        if args.plot:
+            plot(rows, args.plot)
+        return
     args.data_dir, args.work = args.data_dir.resolve(), args.work.resolve()
     print(describe(machine(), versions("torch", "sentencepiece", "numpy")), flush=True)
     rows = [row for size in args.sizes for row in measure(args, size)]
+    print(table(rows))
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1))
     if args.plot:
