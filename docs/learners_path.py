@@ -167,9 +167,7 @@ def explain_screenshot(url: str, path: Path, chromium: str, beam: int = 4) -> di
         page.set_default_timeout(120_000)
         page.goto(f"{url}/explain?text={SENTENCE.replace(' ', '+')}&beam={beam}")
         page.wait_for_selector("body[data-render-ms]")
-        minis = page.locator(".kind[data-kind=cross] canvas.mini")
-        heads = len(page.locator(".kind[data-kind=cross] .kind-grid .lbl").all()) // 2 or 1
-        minis.nth(minis.count() - heads).click()
+        page.locator("canvas.mini[data-kind=cross][data-head='0']").last.click()
         page.wait_for_selector("#enlarged-wrap:not([hidden])")
         page.locator(".step-col.done .cand.ended").first.hover()  # lights its path
         page.screenshot(path=path, full_page=True)

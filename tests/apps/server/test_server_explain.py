@@ -154,3 +154,27 @@ def check_lattice_links(page, answer: dict) -> None:
         p_step, p_n = map(int, parent["id"].split("-")[1:])
         assert p_step == step - 1 and parent["kept"]
         assert answer["steps"][p_step]["candidates"][p_n]["tokens"] == tokens[:-1]
+
+
+def test_the_address_explains_its_sentence_and_the_screenshot_script_drives_it(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """Without an API key, /explain?text=...&beam=... explains that sentence on load: what
+    docs/learners_path.py photographs for docs/figures/serve-explain.png."""
+    import importlib.util
+
+    from server_process import PAIR, running
+    from test_server_page import chromium_path
+
+    path = Path(__file__).resolve().parents[3] / "docs" / "learners_path.py"
+    spec = importlib.util.spec_from_file_location("learners_path", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with running(model_dir, "--pair", PAIR, "--max-len-b", "12") as s:
+        shown = script.explain_screenshot(s.url, tmp_path / "explain.png", chromium_path(), beam=2)
+        want = s.client.post("/v1/explain", json={"text": script.SENTENCE, "beam": 2}).json()
+    assert shown["translation"] == want["translation"]
+    assert shown["enlarged"].startswith("Cross-attention, layer 2, head 1: row = query")
+    assert "text=4+0+5+2" in shown["url"] and "beam=2" in shown["url"]
+    assert (tmp_path / "explain.png").stat().st_size > 10_000
