@@ -98,7 +98,7 @@ def decoding_page(translator: Translator, model: str = "qkv-demo") -> str:
             f"```\n{trace}\n```",
             note,
         ]
-    return "\n\n".join(parts) + "\n"
+    return "\n\n".join(part.strip("\n") for part in parts) + "\n"
 
 
 WALKTHROUGH_HEAD = """# Walk-through: one sentence through the Transformer
@@ -155,25 +155,22 @@ def serve(model: Path) -> tuple[subprocess.Popen[str], str]:
     raise RuntimeError("qkv serve did not start")
 
 
-def explain_screenshot(url: str, path: Path, chromium: str, beam: int = 4) -> dict[str, str]:
-    """The `/explain` view of SENTENCE (its address `?text=`), one map enlarged (the last layer's
-    first cross-attention head) and the hypothesis path of the translation lit, saved as a PNG.
-    Returns what the page shows: the translation and the enlarged map's title."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        page.set_default_timeout(120_000)
-        page.goto(f"{url}/explain?text={SENTENCE.replace(' ', '+')}&beam={beam}")
-        page.wait_for_selector("body[data-render-ms]")
-        page.locator("canvas.mini[data-kind=cross][data-head='0']").last.click()
-        page.wait_for_selector("#enlarged-wrap:not([hidden])")
-        page.locator(".step-col.done .cand.ended").first.hover()  # lights its path
-        page.screenshot(path=path, full_page=True)
-        shown = {"translation": page.inner_text("#translation"),
-                 "enlarged": page.inner_text("#enlarged-title"), "url": page.url}  # fmt: skip
-        browser.close()
+def explain_screenshot(browser, url: str, path: Path, beam: int = 4) -> dict[str, str]:
+    """The `/explain` view of SENTENCE (its address `?text=`) in a Playwright browser, one map
+    enlarged (the last layer's first cross-attention head) and the translation's path in the lattice
+    lit, saved as a PNG. Returns what the page shows: the translation, the enlarged map's title and
+    the address."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.set_default_timeout(120_000)
+    page.goto(f"{url}/explain?text={SENTENCE.replace(' ', '+')}&beam={beam}")
+    page.wait_for_selector("body[data-render-ms]")
+    page.locator("canvas.mini[data-kind=cross][data-head='0']").last.click()
+    page.wait_for_selector("#enlarged-wrap:not([hidden])")
+    page.locator(".cand.best").hover()  # the translation: its path lit
+    page.screenshot(path=path, full_page=True)
+    shown = {"translation": page.inner_text("#translation"),
+             "enlarged": page.inner_text("#enlarged-title"), "url": page.url}  # fmt: skip
+    page.close()
     return shown
 
 
@@ -200,9 +197,14 @@ def main() -> None:
     save(fig, figures / "demo_attention.png")
     print(f"demo_attention.png: {summary}", file=sys.stderr)
     save(draw_architecture()[0], figures / "architecture.png")
+    from playwright.sync_api import sync_playwright
+
     process, url = serve(model)
     try:
-        shown = explain_screenshot(url, figures / "serve-explain.png", args.chromium)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=args.chromium, args=["--no-sandbox"])
+            shown = explain_screenshot(browser, url, figures / "serve-explain.png")
+            browser.close()
     finally:
         process.terminate()
         process.wait(60)

@@ -95,6 +95,8 @@ def test_explain_view_in_chromium(server: Server, browser, tmp_path: Path) -> No
     assert page.locator(".step-col").count() == len(answer["steps"])
     assert page.locator(".cand.kept").count() >= 1
     assert f"beam={beam}" in page.url and "text=" in page.url
+    best = page.locator(".cand.best").get_attribute("data-score")
+    assert float(best) == pytest.approx(answer["score"], abs=1e-3)  # the translation's cell
     check_lattice_links(page, answer)
     axes = page.locator(".kind[data-kind=cross] .axes code").all_inner_texts()
     assert axes == [shown(answer["target_tokens"]), shown(answer["source_tokens"])]
@@ -157,14 +159,15 @@ def check_lattice_links(page, answer: dict) -> None:
 
 
 def test_the_address_explains_its_sentence_and_the_screenshot_script_drives_it(
-    model_dir: Path, tmp_path: Path
+    model_dir: Path,
+    browser,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """Without an API key, /explain?text=...&beam=... explains that sentence on load: what
     docs/learners_path.py photographs for docs/figures/serve-explain.png."""
     import importlib.util
 
     from server_process import PAIR, running
-    from test_server_page import chromium_path
 
     path = Path(__file__).resolve().parents[3] / "docs" / "learners_path.py"
     spec = importlib.util.spec_from_file_location("learners_path", path)
@@ -172,7 +175,7 @@ def test_the_address_explains_its_sentence_and_the_screenshot_script_drives_it(
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     with running(model_dir, "--pair", PAIR, "--max-len-b", "12") as s:
-        shown = script.explain_screenshot(s.url, tmp_path / "explain.png", chromium_path(), beam=2)
+        shown = script.explain_screenshot(browser, s.url, tmp_path / "explain.png", beam=2)
         want = s.client.post("/v1/explain", json={"text": script.SENTENCE, "beam": 2}).json()
     assert shown["translation"] == want["translation"]
     assert shown["enlarged"].startswith("Cross-attention, layer 2, head 1: row = query")

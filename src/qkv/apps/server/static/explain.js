@@ -158,6 +158,7 @@ function renderLattice() {
       }
       const row = el("div", "cand " + what);
       row.id = `cand-${s.step}-${n}`;
+      if (what === "ended") row.dataset.score = String(ended.get(prefix).score);
       row.dataset.parent = beamBefore.get(prefix) || "";
       const parent = s.step === 0 ? "<s>" : `#${$(row.dataset.parent)?.dataset.slot || "?"}`;
       const extended = s.step === 0 ? "<s>"
@@ -179,6 +180,10 @@ function renderLattice() {
     beamBefore = beamNow;
     box.append(col);
   }
+  // the translation: the finished hypothesis of the best score
+  const ends = [...box.querySelectorAll(".cand.ended")];
+  const score = (c) => Number(c.dataset.score);
+  if (ends.length) ends.reduce((a, b) => (score(b) > score(a) ? b : a)).classList.add("best");
 }
 
 function tracePath(row, on) {
