@@ -95,7 +95,7 @@ def draw_architecture(small: bool = False) -> tuple[Figure, str]:
     ax.add_patch(FancyArrowPatch(memory, (dec_x, dec[4] + BOX_H / 2), arrowstyle="->",
                                  color="#b03a2e", lw=1.6, mutation_scale=12,
                                  connectionstyle="arc3,rad=-0.3"))  # fmt: skip
-    ax.text(5.0, dec[4] - 0.75, "memory: the keys and values\nof every cross-attention",
+    ax.text(4.0, enc[5] + STEP + 0.5, "memory: the keys and values\nof every cross-attention",
             color="#b03a2e", fontsize=8, ha="center")  # fmt: skip
     ax.text(enc_x + BOX_W / 2, 0.35, "source ids (B, S)", ha="center", fontsize=9)
     ax.text(dec_x + BOX_W / 2, 0.35, "target ids, shifted right: <s> first (B, T)", ha="center",
