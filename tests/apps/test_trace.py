@@ -80,7 +80,7 @@ def test_qkv_explain_prints_every_step(model_dir: Path, tmp_path: Path, capsys) 
     assert main(["explain", "--model", str(model_dir), EN[0]]) == 0
     out = capsys.readouterr().out
     steps = [line.split(".")[0] for line in out.splitlines() if line.startswith("## ")]
-    assert steps == [f"## {i}" for i in range(1, 9)]
+    assert steps == [f"## {i}" for i in range(1, len(steps) + 1)] and len(steps) >= 12
     assert "softmax: weights" in out and "next token" in out
     assert main(["explain", "--model", str(model_dir), EN[0], "--out", str(tmp_path / "p.md")]) == 0
     assert (tmp_path / "p.md").read_text(encoding="utf-8") == out

@@ -1,7 +1,8 @@
 """The explain view of `qkv serve` (GET /explain, POST /v1/explain): one sentence's beam search
 step by step, every layer x head of attention, the KV cache; its answer agrees with /v1/translate,
-its limits hold, and the view renders in headless Chromium (as test_server_page.py drives it). A
-screenshot is saved."""
+its limits hold, and the view renders in headless Chromium (as test_server_page.py drives it): an
+example sentence filled in, `?text=` in the address, each lattice cell linked to the hypothesis it
+extends, labelled maps with their colour scale and values. A screenshot is saved."""
 
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ def test_explain_view_in_chromium(server: Server, browser, tmp_path: Path) -> No
     page.set_default_timeout(60_000)
     page.goto(server.url + "/explain")
     page.wait_for_selector("body[data-ready=true]")
+    assert page.input_value("#text") == "A man is riding a bike."  # the example of English
     page.fill("#key", KEY)
     page.select_option("#beam", str(beam))
     page.fill("#text", LONG)
@@ -92,6 +94,13 @@ def test_explain_view_in_chromium(server: Server, browser, tmp_path: Path) -> No
     )
     assert page.locator(".step-col").count() == len(answer["steps"])
     assert page.locator(".cand.kept").count() >= 1
+    assert f"beam={beam}" in page.url and "text=" in page.url
+    best = page.locator(".cand.best").get_attribute("data-score")
+    assert float(best) == pytest.approx(answer["score"], abs=1e-3)  # the translation's cell
+    check_lattice_links(page, answer)
+    axes = page.locator(".kind[data-kind=cross] .axes code").all_inner_texts()
+    assert axes == [shown(answer["target_tokens"]), shown(answer["source_tokens"])]
+    assert page.locator("#scale-maps .scale-ticks span").all_inner_texts()[-1] == "1"
     assert page.locator(".cand.ended").count() == sum(len(s["ended"]) for s in answer["steps"])
     assert page.locator("#translation").inner_text() == answer["translation"]
     minis = page.locator("canvas.mini")
@@ -100,10 +109,13 @@ def test_explain_view_in_chromium(server: Server, browser, tmp_path: Path) -> No
     minis.nth(minis.count() - 1).click()  # the last layer's last cross-attention head
     page.wait_for_selector("#enlarged-wrap:not([hidden])")
     assert "Cross-attention" in page.inner_text("#enlarged-title")
+    last = answer["maps"]["cross"][-1][-1]
+    written = sum(v >= 0.1 for row in last for v in row)  # the enlarged map writes these values
+    assert page.get_attribute("#enlarged", "data-written") == str(written)
     size = page.evaluate(
         "[$('enlarged').width, $('enlarged').height]".replace("$", "document.getElementById")
     )
-    assert size[0] > 22 * len(answer["source_tokens"]) and size[1] > 22 * len(
+    assert size[0] > 30 * len(answer["source_tokens"]) and size[1] > 30 * len(
         answer["target_tokens"]
     )
     T = len(answer["target_tokens"])
@@ -117,3 +129,55 @@ def test_explain_view_in_chromium(server: Server, browser, tmp_path: Path) -> No
     page.screenshot(path=tmp_path / "serve-explain.png", full_page=True)
     assert (tmp_path / "serve-explain.png").stat().st_size > 10_000
     page.close()
+
+
+def shown(tokens: list[str]) -> str:
+    """Tokens as the view writes them: "▁" as a space, a lone "▁" kept."""
+    return " ".join(t.replace("\u2581", " ").strip() or "\u2581" for t in tokens)
+
+
+def check_lattice_links(page, answer: dict) -> None:
+    """Every candidate after step 0 names the cell of the previous step it extends: a kept
+    hypothesis whose tokens are the candidate's but the last."""
+    cells = page.evaluate(
+        """() => [...document.querySelectorAll('.cand')].map(c => ({
+            id: c.id, parent: c.dataset.parent, kept: c.classList.contains('kept'),
+            step: Number(c.closest('.step-col').dataset.step)}))"""
+    )
+    assert len(cells) == sum(len(s["candidates"]) for s in answer["steps"])
+    by_id = {c["id"]: c for c in cells}
+    for c in cells:
+        step, n = map(int, c["id"].split("-")[1:])
+        tokens = answer["steps"][step]["candidates"][n]["tokens"]
+        if step == 0:
+            assert c["parent"] == ""
+            continue
+        parent = by_id[c["parent"]]
+        p_step, p_n = map(int, parent["id"].split("-")[1:])
+        assert p_step == step - 1 and parent["kept"]
+        assert answer["steps"][p_step]["candidates"][p_n]["tokens"] == tokens[:-1]
+
+
+def test_the_address_explains_its_sentence_and_the_screenshot_script_drives_it(
+    model_dir: Path,
+    browser,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Without an API key, /explain?text=...&beam=... explains that sentence on load: what
+    docs/learners_path.py photographs for docs/figures/serve-explain.png."""
+    import importlib.util
+
+    from server_process import PAIR, running
+
+    path = Path(__file__).resolve().parents[3] / "docs" / "learners_path.py"
+    spec = importlib.util.spec_from_file_location("learners_path", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with running(model_dir, "--pair", PAIR, "--max-len-b", "12") as s:
+        shown = script.explain_screenshot(browser, s.url, tmp_path / "explain.png", beam=2)
+        want = s.client.post("/v1/explain", json={"text": script.SENTENCE, "beam": 2}).json()
+    assert shown["translation"] == want["translation"]
+    assert shown["enlarged"].startswith("Cross-attention, layer 2, head 1: row = query")
+    assert "text=4+0+5+2" in shown["url"] and "beam=2" in shown["url"]
+    assert (tmp_path / "explain.png").stat().st_size > 10_000

@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...decode.options import DecodeOptions
 from ...runtime.options import RuntimeOptions
-from ..explain import walkthrough
+from ..explain import explain_sentence
 from ..translator import Translator
 
 HELP = "one sentence through the model, every tensor's shape and numbers (Markdown)"
@@ -24,17 +23,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).exists():
         raise ValueError(f"--out {args.out} exists; choose a new file")
     translator = Translator.load(args.model, RuntimeOptions(precision="fp32", pack=False))
-    [result] = translator.translate_detailed([args.sentence], DecodeOptions(beam=1))
-    tok = translator.tokenizer
-    [ids] = translator.encode([args.sentence])
-    lines = walkthrough(
-        translator.model,  # type: ignore[arg-type]
-        [*ids, tok.eos_id],
-        [tok.bos_id, *result.tokens],
-        tok.src_vocabulary(),
-        tok.tgt_vocabulary(),
-    )
-    page = "\n".join([f"# {args.sentence} → {result.text}", "", *lines]) + "\n"
+    text, lines = explain_sentence(translator, args.sentence)
+    page = "\n".join([f"# {args.sentence} → {text}", "", *lines]) + "\n"
     if args.out:
         Path(args.out).write_text(page, encoding="utf-8")
     else:

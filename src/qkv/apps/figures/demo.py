@@ -70,8 +70,8 @@ def draw_demo_attention(model_dir: Path) -> tuple[Figure, str]:
     axes[0].set_ylabel("output token (the query that predicted it)")
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight (weights ≥ 0.1 written)")
     fig.suptitle(
-        "cross-attention of the demo model, last layer, heads averaged: a digit's word "
-        "looks at its digit; thousand and hundred at </s>",
+        "cross-attention of the demo model, last layer, heads averaged; rows: the queries, "
+        "each named by the token it writes; columns: the source tokens (keys)",
         fontsize=10,
     )
     summary = "; ".join(f"{t} -> {r.text}" for t, r in zip(DEMO_NUMBERS, results, strict=True))
