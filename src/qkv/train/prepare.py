@@ -195,6 +195,7 @@ def _build_tokenizer(cfg: TrainConfig, text_dir: Path) -> Any:
             joint=cfg.joint_vocab,
             character_coverage=cfg.character_coverage,
             seed=cfg.seed,
+            max_sentences=cfg.tokenizer_sample,
             lowercase=cfg.lowercase,
         )
         return {}
@@ -301,7 +302,8 @@ def _tokenizer(
     if tokenizer_dir is not None:
         return SubwordTokenizer.load(tokenizer_dir)
     settings = [cfg.vocab_size, cfg.subword, cfg.joint_vocab, cfg.character_coverage]
-    key = fingerprint_of("tokenizer", text_key, *settings, cfg.seed, cfg.lowercase)
+    sample = [cfg.seed, cfg.lowercase, cfg.tokenizer_sample]
+    key = fingerprint_of("tokenizer", text_key, *settings, *sample)
     build = _build_tokenizer(cfg, text_dir)
     directory, _ = built_once(prepared_root(cfg), f"tokenizer-{key}", build)
     tokenizer = SubwordTokenizer.load(directory)

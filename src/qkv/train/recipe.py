@@ -71,6 +71,7 @@ POSITIVE_KEYS = (
     "max_len",
     "keep_checkpoints",
     "max_nonfinite_updates",
+    "tokenizer_sample",
 )
 # keys that must be positive unless None
 OPTIONAL_POSITIVE_KEYS = ("max_hours", "loss_chunk_tokens", "max_epochs", "patience")
@@ -135,6 +136,9 @@ class TrainConfig:
     subword: str = "unigram"  # or "bpe"
     joint_vocab: bool = True
     character_coverage: float | None = None  # None: 0.9995 for CJK text, 1.0 otherwise
+    # SentencePiece trains on a seeded reservoir sample of this many sentences (per model) of a
+    # larger corpus; its memory grows with the sample (docs/benchmarks.md)
+    tokenizer_sample: int = 1_000_000
     # > 0: the training pairs are re-segmented every epoch: a BPE model skips each merge with this
     # probability (BPE-dropout); a unigram model samples its segmentation with SentencePiece's
     # alpha = this value, where *smaller* samples more widely (0.1: Tatoeba's English ~60% more

@@ -71,6 +71,7 @@ def train_text_tokenizer(texts: list[str], cfg: TrainConfig, out: Path) -> Subwo
         joint=True,
         character_coverage=cfg.character_coverage,
         seed=cfg.seed,
+        max_sentences=cfg.tokenizer_sample,
         lowercase=cfg.lowercase,
     )
 
