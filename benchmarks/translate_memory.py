@@ -22,18 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from train_memory import rss_mib
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def rss_mib(pid: int) -> float:
-    """The resident set of process `pid` in MiB (0 once it has gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def big_file(data_dir: Path, lines: int, work: Path) -> Path:
