@@ -58,7 +58,8 @@ def test_prepared_ids_equal_encoding_the_files_in_memory(tmp_path: Path, monkeyp
 
     corpus, report = clean(load_parallel(files["train_src"], files["train_tgt"]))
     assert report.empty == 2
-    tok = SubwordTokenizer.train(corpus.src, corpus.tgt, tmp_path / "oracle", vocab_size=50)
+    tok = SubwordTokenizer.train(corpus.src, corpus.tgt, tmp_path / "oracle", vocab_size=50,
+                                 max_sentences=1_000_000)  # the recipe's tokenizer_sample
     assert tok.same_as(data.tokenizer)
     src, tgt = tok.encode_src(corpus.src), tok.encode_tgt(corpus.tgt)
     keep, too_long, _ = filter_long(src, tgt, 40, None)

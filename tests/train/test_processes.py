@@ -26,7 +26,10 @@ def cli_args(cfg: TrainConfig) -> list[str]:
     for key, value in cfg.to_dict().items():
         if key == "model":
             args += [x for k, v in value.items() for x in (f"--model.{k}", str(v))]
-        elif value is not None and key != "adam_betas":
+        elif isinstance(value, tuple):  # freeze: a comma-separated list (adam_betas: the default)
+            if value and key != "adam_betas":
+                args += [f"--{key}", ",".join(map(str, value))]
+        elif value is not None:
             args += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
     return args
 
