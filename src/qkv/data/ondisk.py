@@ -68,9 +68,6 @@ class SequenceWriter:
         np.save(self.index_path, np.cumsum(lengths))
         return len(lengths) - 1
 
-    def abort(self) -> None:
-        self._data.close()
-
 
 class _Stored:
     """The mapped index of NAME in `directory` and an open file of its data, checked against
