@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # maximum output length = max_len_a * source length + max_len_b (a = 1 by default)
@@ -99,6 +100,14 @@ class DecodeOptions:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if not 0 <= self.seed < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
+
+    def work(self, source_tokens: Iterable[int], widths: Iterable[int] | None = None) -> int:
+        """The decoding a batch of sentences may take, in decode tokens: each sentence's width
+        (the hypotheses its search keeps; default the beam) times its output length limit,
+        summed over the sentences of `source_tokens` lengths."""
+        lengths = list(source_tokens)
+        kept = [self.beam] * len(lengths) if widths is None else list(widths)
+        return sum(w * self.max_output_length(n) for w, n in zip(kept, lengths, strict=True))
 
     def replace(self, **changes: object) -> DecodeOptions:
         """A copy with some fields changed, checked like a new value."""

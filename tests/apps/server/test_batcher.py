@@ -80,3 +80,67 @@ def test_a_cancelled_request_is_not_decoded_and_the_queue_is_bounded(translator:
     batcher.stop(timeout=60)
     decoded = [t for texts, _ in translator.calls for t in texts]
     assert EN[0] not in decoded
+
+
+class SteppingIn(Translator):
+    """A translator that submits `arrivals` to the batcher at step `at` of the first batch it
+    decodes, and records, for each of them, the first batch's steps when it was answered."""
+
+    def translate_batch(self, ids, options, *, abandoned=None, **kwargs):  # type: ignore[override]
+        first = not self.steps
+        if first:
+            asked = abandoned
+
+            def abandoned(row: int) -> bool:
+                self.steps.append(row)
+                if len(self.steps) == self.at:
+                    for job in self.arrivals:
+                        job.future.add_done_callback(lambda _: self.answered.append(len(self.steps)))
+                        self.batcher.submit(job)
+                return asked(row)
+
+        return super().translate_batch(ids, options, abandoned=abandoned, **kwargs)
+
+
+def stepping_in(model_dir: Path, large: DecodeOptions, arrivals: list[Job]) -> SteppingIn:
+    plain = Translator.load(model_dir)
+    t = SteppingIn(plain.model, plain.tokenizer)
+    t.steps, t.answered, t.at, t.arrivals = [], [], 10, arrivals
+    t.batcher = Batcher({"en-zh": t})
+    job = Job("en-zh", [EN[0]], large)
+    t.batcher.submit(job)
+    t.batcher.start()
+    got = job.future.result(timeout=120)
+    t.batcher.stop(timeout=120)
+    assert [r.text for r in got] == Translator(plain.model, plain.tokenizer).translate([EN[0]], large)
+    return t
+
+
+def test_a_small_request_steps_in_between_the_steps_of_a_large_one(model_dir: Path) -> None:
+    large = DecodeOptions(beam=4, min_len=120, max_len_b=120)  # 4 x 120: 480 decode tokens
+    small = Job("en-zh", [EN[1]], SHORT)  # 2 x 6: 12, under a quarter of the large one
+    t = stepping_in(model_dir, large, [small])
+    # answered before the large batch's next step, and the large one went on after it
+    assert t.answered == [10]
+    assert len(t.steps) > 100
+    assert [r.text for r in small.future.result()] == t.translate([EN[1]], SHORT)
+
+
+def test_a_request_as_large_waits_for_the_round_and_is_batched_after_it(model_dir: Path) -> None:
+    large = DecodeOptions(beam=4, min_len=120, max_len_b=120)
+    similar = Job("en-zh", [EN[1]], large.replace(min_len=100))  # 4 x 120 as well
+    t = stepping_in(model_dir, large, [similar])
+    assert t.answered == [len(t.steps)]  # after the large one's last step
+
+
+def test_rounds_stepping_in_take_at_most_half_the_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qkv.apps.server import batcher
+
+    clock = [100.0]
+    monkeypatch.setattr(batcher.time, "perf_counter", lambda: clock[0])
+    r = batcher._Round(1000)
+    clock[0] += 1.0
+    r.stepped_in = 0.5  # half of the round's second so far
+    assert r.may_step_in()
+    r.stepped_in = 0.51
+    assert not r.may_step_in()

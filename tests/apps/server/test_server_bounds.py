@@ -63,9 +63,12 @@ def test_a_text_cut_to_max_src_tokens_is_said_in_the_answer(model_dir: Path) -> 
 
 def test_a_loop_of_hostile_requests_leaves_ordinary_ones_quick(model_dir: Path) -> None:
     """Two clients loop the hostile request and the longest one allowed (each answered 400, or
-    504 after --timeout); meanwhile an ordinary request's p95 latency stays under 2 s."""
+    504 after --timeout); meanwhile ordinary requests do not wait for them: their p95 latency is
+    under half the time a long one is given (measured in the same run, not a fixed bound)."""
     with running(model_dir, "--pair", PAIR, "--timeout", "4") as server:
         stop = threading.Event()
+
+        long_took: list[float] = []
 
         def attack(_: int) -> list[int]:
             statuses = []
@@ -74,7 +77,9 @@ def test_a_loop_of_hostile_requests_leaves_ordinary_ones_quick(model_dir: Path) 
                     if stop.is_set():
                         break
                     statuses.append(client.post("/v1/translate", json=HOSTILE).status_code)
+                    start = time.perf_counter()
                     statuses.append(client.post("/v1/translate", json=LONG).status_code)
+                    long_took.append(time.perf_counter() - start)
             return statuses
 
         with ThreadPoolExecutor(2) as pool:
@@ -90,7 +95,7 @@ def test_a_loop_of_hostile_requests_leaves_ordinary_ones_quick(model_dir: Path) 
             statuses = [s for a in attacks for s in a.result(timeout=300)]
     assert set(statuses) == {400, 504}, statuses
     p95 = statistics.quantiles(latencies, n=20)[-1]
-    assert p95 < 2.0, latencies
+    assert p95 < min(long_took) / 2, (latencies, long_took)
 
 
 def test_a_request_whose_client_left_stops_decoding(model_dir: Path) -> None:

@@ -16,7 +16,14 @@ independently, so the translations a request gets do not depend on what else was
 (scores agree to float32 rounding: batched matrix products round differently for other shapes).
 
 Within what it gathered, the cheapest group (beam × output length limit of its sentences) is
-decoded first, so that a short request does not wait behind a long one that came with it. A request
+decoded first, so that a short request does not wait behind a long one that came with it. Requests
+that arrive while a round decodes step in between its decoding steps when they are small beside
+it (at most a quarter of its work, `DecodeOptions.work`): they are decoded at once, as a round of
+their own, and the round goes on where it stopped. So an ordinary request waits for one step of a
+large one, not for all of it; while the large round has work left, the small ones that step in
+take at most half the time (a flood of small requests slows a large one by half, never stops
+it). Similar requests do not step into each other's rounds: they wait and are batched together,
+as without stepping in. A request
 whose caller gave up (`future.cancel()`: past its deadline, or its client went away) is dropped at
 the next decoding step, and its batches not yet decoded are skipped; the other sentences of its
 batch go on. The queue is bounded: `submit` raises QueueFull when `max_queue` requests wait.
@@ -57,6 +64,7 @@ class Job:
     ids: list[list[int]] | None = None  # the texts' source ids (`Translator.encode`), if known
     constraints: list[Constraints] | None = None  # the glossary's terms of each text, if any
     cut: dict[int, int] = field(default_factory=dict)  # text -> its tokens, where ids are cut
+    work: int | None = None  # the decode tokens it may take (default: `DecodeOptions.work`)
     future: Future[list[Translation]] = field(default_factory=Future)
     results: list[Translation | None] = field(init=False)
     waiting: int = field(init=False)  # sentences not yet translated
@@ -106,6 +114,7 @@ class Batcher:
         self.on_batch = on_batch
         self._queue: deque[Job] = deque()
         self._running: list[Job] = []  # the jobs being decoded
+        self._round = _Round(0)  # the work being decoded, and the rounds stepping into it
         self._cv = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="qkv-decoder", daemon=True)
@@ -155,14 +164,40 @@ class Batcher:
             if not jobs:
                 return
             self._running = jobs
+            self._round = _Round(sum(map(_work, jobs)))
             try:
-                self._decode(jobs)
-            except Exception as e:  # a bug, not the caller's mistake: fail these requests only
-                log.exception("decoding failed")
-                for job in jobs:
-                    _settle(job, exception=e)
+                self._decode_safely(jobs)
             finally:
                 self._running = []
+
+    def _decode_safely(self, jobs: list[Job]) -> None:
+        try:
+            self._decode(jobs)
+        except Exception as e:  # a bug, not the caller's mistake: fail these requests only
+            log.exception("decoding failed")
+            for job in jobs:
+                _settle(job, exception=e)
+
+    def _step_in(self) -> None:
+        """Between two decoding steps of the running round: decode first the waiting jobs that
+        are small beside it, while they have had at most half the round's time."""
+        r = self._round
+        if r.inside or not self._queue or not self.batching or not r.may_step_in():
+            return
+        with self._cv:
+            small = [job for job in self._queue if 4 * _work(job) <= r.work]
+            for job in small:
+                self._queue.remove(job)
+        if not small:
+            return
+        self._running = [*self._running, *small]
+        r.inside = True
+        begin = time.perf_counter()
+        try:
+            self._decode_safely(small)
+        finally:
+            r.inside = False
+            r.stepped_in += time.perf_counter() - begin
 
     def _collect(self) -> list[Job]:
         """The oldest waiting job and those that arrive within max_wait (up to collect_tokens
@@ -215,6 +250,7 @@ class Batcher:
         def abandoned(row: int) -> bool:  # asked about each sentence at each step
             nonlocal steps
             steps += 1
+            self._step_in()
             return owners[row].future.done()
 
         start = time.perf_counter()
@@ -268,8 +304,31 @@ class _Group:
             if jobs[0].constraints
             else None
         )
-        # what decoding it may take: beam * the output length limits
-        self.cost = options.beam * sum(options.max_output_length(len(x)) for x in self.ids)
+        self.cost = options.work(map(len, self.ids))  # what decoding it may take
+
+
+class _Round:
+    """The work (decode tokens) of the round being decoded, and the time that the rounds
+    stepping in between its steps took."""
+
+    def __init__(self, work: int) -> None:
+        self.work = work
+        self.start = time.perf_counter()
+        self.stepped_in = 0.0  # seconds
+        self.inside = False  # a round is stepping in now (they do not nest)
+
+    def may_step_in(self) -> bool:
+        """Whether the rounds stepping in have had at most half of the time so far."""
+        return 2 * self.stepped_in <= time.perf_counter() - self.start
+
+
+def _work(job: Job) -> int:
+    """The decode tokens a job may take: as the service counted them, or beam × length limits."""
+    if job.work is not None:
+        return job.work
+    if job.ids is None:  # not yet encoded: about 4 characters a token
+        return job.options.work(len(t) // 4 + 1 for t in job.texts)
+    return job.options.work(map(len, job.ids))
 
 
 def _count_chars(job: Job) -> int:

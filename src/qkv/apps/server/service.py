@@ -6,8 +6,8 @@ the two decoding lanes and the metrics, in one `Service` on `app.state.service`.
         svc.check_key(request, given)                      # 403 unless the key matches
         model = svc.resolve(source, target)                # 400 unless the pair is served
         svc.check_size(texts)                              # 400 / 413: unicode, sentences, chars
-        job, work = svc.check_options(model, o, texts)     # 400 / 413: beam, lengths, total work
-        results = await svc.translate(request, job, work)  # 503 busy or stopped, 504 too slow
+        job = svc.check_options(model, o, texts)           # 400 / 413: beam, lengths, total work
+        results = await svc.translate(request, job)        # 503 busy or stopped, 504 too slow
 
 A request's decoding is bounded before it starts (`check_options`: output tokens, beam, and their
 product over its sentences) and while it runs (`translate`): past its time limit, or once its
@@ -209,8 +209,8 @@ class Service:
         alignment: bool = False,
         glossary: Glossary | None = None,
         terms: bool = True,
-    ) -> tuple[Job, int]:
-        """The request's Job and the work it asks for (beam x output length limits, summed over
+    ) -> Job:
+        """The request's Job, with the work it asks for (beam x output length limits, summed over
         the sentences; plus the constrained search's width for a sentence with glossary terms),
         checked against the limits before it starts: 400 / 413 over them. The
         server's glossary, with the request's `glossary` terms added, gives the Job's terms
@@ -233,10 +233,10 @@ class Service:
         ids, lengths = model.translator.encode_counting(texts)
         cut = {i: n for i, (x, n) in enumerate(zip(ids, lengths, strict=True)) if n > len(x)}
         constraints = self._constraints(model, o, texts, glossary, terms)
-        work = sum(  # beam search, and the constrained search of a sentence with terms
-            (o.beam + (search_width(o.beam, c) if c else 0)) * o.max_output_length(len(x))
-            for x, c in zip(ids, constraints or [[]] * len(ids), strict=True)
-        )
+        # beam search, and the constrained search of a sentence with terms
+        terms_of = constraints or [[]] * len(ids)
+        widths = [o.beam + (search_width(o.beam, c) if c else 0) for c in terms_of]
+        work = o.work(map(len, ids), widths)
         if work > limits.max_decode_tokens:
             raise HTTPError(
                 413,
@@ -254,8 +254,7 @@ class Service:
                     f"this server's limit of its length + {limits.max_output_tokens} "
                     "(--max-output-tokens)",
                 )
-        job = Job(model.pair, texts, o, attention, alignment, ids, constraints, cut=cut)
-        return job, work
+        return Job(model.pair, texts, o, attention, alignment, ids, constraints, cut=cut, work=work)
 
     def _constraints(
         self,
@@ -278,13 +277,13 @@ class Service:
         return constraints if constraints is not None and any(constraints) else None
 
     # --- decoding ------------------------------------------------------------------------------
-    async def translate(self, request: Request, job: Job, work: int) -> list[Translation]:
+    async def translate(self, request: Request, job: Job) -> list[Translation]:
         """The job's translations, from the lane its work calls for: 503 with Retry-After when
         that lane's queue is full or the server stopped first, 504 past the time limit (or once
         the client has gone), 500 when decoding failed."""
         limits = self.limits
         try:
-            future = self.lanes[work > limits.long_request_tokens].submit(job)
+            future = self.lanes[job.work > limits.long_request_tokens].submit(job)
         except QueueFull as e:
             message = f"the server is busy: {e}; retry in a moment"
             raise HTTPError(503, message, {"Retry-After": "1"}) from None

@@ -110,8 +110,8 @@ async def native(request: Request, svc: Annotated[Service, Depends(service)]) ->
     if req.split == "sentences":
         texts = [s for text in texts for s in split_sentences(text, model.source).sentences]
         svc.check_size(texts)
-    job, work = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
-    results = await svc.translate(request, job, work)
+    job = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
+    results = await svc.translate(request, job)
     translations = [_native(r, req.attention, req.alignment) for r in results]
     answer = {"source": model.source, "target": model.target, "translations": translations}
     room = model.translator.max_src_tokens - 1
