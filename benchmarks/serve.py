@@ -5,6 +5,7 @@ and off, on the demo model and on the paper's base shape.
     python benchmarks/serve.py --model qkv-demo      # a demo model you already have
     python benchmarks/serve.py --quick               # a smoke run of every row (small workloads)
     python benchmarks/serve.py --json benchmarks/results/serve.json
+    python benchmarks/serve.py --scenario fairness --model qkv-demo   # one client's large requests
 
 Each row starts a fresh `python -m qkv serve` on a free loopback port (`--threads` torch threads;
 `--no-batching` for the rows with batching off) and runs closed-loop clients: each client thread
@@ -20,6 +21,11 @@ request at a time; batching has nothing to join there).
   and a small SentencePiece vocabulary trained on number words; each source is `--src-len` random
   digits, and every output is forced to exactly `--new-tokens` tokens (min_len = max_len_b,
   max_len_a = 0), as in speed.py, so the work does not depend on when a random model would stop.
+
+`--scenario fairness` asks whether one client's allowed requests slow everyone else: `--clients`
+(32) clients loop the largest request the short lane takes (LARGE: beam 16, 253 tokens forced),
+while a probe sends an ordinary request ("4 0 5 2") every 0.3 s; the probe's p95 is compared with
+the time one LARGE request takes alone on the idle server, for `--threads 1` and `--threads`.
 
 The clients run in this process and share the machine with the server; on a 2-core machine give the
 server `--threads 1` or 2 (the default: 2) and compare rows, not absolute numbers across machines.
@@ -162,6 +168,73 @@ def run_clients(url: str, texts: list[str], clients: int, options: dict[str, Any
             "p50_ms": 1000 * statistics.median(latencies), "p95_ms": 1000 * cuts[18]}
 
 
+LARGE = {"text": "1 2", "beam": 16, "max_len_b": 250, "min_len": 250}  # 16 x 253: 4,048 tokens
+ORDINARY = {"text": "4 0 5 2"}
+
+
+def post(connection: http.client.HTTPConnection, body: dict[str, Any]) -> float:
+    """Seconds to answer one POST /v1/translate (an error is raised)."""
+    begin = time.perf_counter()
+    connection.request("POST", "/v1/translate", json.dumps(body),
+                       {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    answer = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"{response.status} {answer[:200]!r}")
+    return time.perf_counter() - begin
+
+
+def fairness(model: Path, threads: int, args: argparse.Namespace) -> dict[str, Any]:
+    """32 clients loop the largest request the short lane takes (LARGE) for `--seconds`; one
+    probe sends ORDINARY every 0.3 s. Against: LARGE and ORDINARY alone on the idle server."""
+    server = Server(model, threads, True, args.max_wait_ms)
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    try:
+        one = http.client.HTTPConnection(host, int(port), timeout=600)
+        post(one, LARGE)  # warm-up
+        large_alone = statistics.median(post(one, LARGE) for _ in range(5))
+        ordinary_alone = statistics.median(post(one, ORDINARY) for _ in range(20))
+        stop = time.perf_counter() + args.seconds
+        large: list[float] = []
+
+        def client() -> None:
+            connection = http.client.HTTPConnection(host, int(port), timeout=600)
+            while time.perf_counter() < stop:
+                large.append(post(connection, LARGE))
+
+        threads_ = [threading.Thread(target=client) for _ in range(args.clients)]
+        start = time.perf_counter()
+        for t in threads_:
+            t.start()
+        time.sleep(1)  # the clients' requests are decoding
+        probes = []
+        while time.perf_counter() < stop:
+            probes.append(post(one, ORDINARY))
+            time.sleep(0.3)
+        for t in threads_:
+            t.join()
+        wall = time.perf_counter() - start
+    finally:
+        server.stop()
+    cuts = statistics.quantiles(probes, n=20, method="inclusive")
+    return {"threads": threads, "large_alone_ms": 1000 * large_alone,
+            "ordinary_alone_ms": 1000 * ordinary_alone, "probes": len(probes),
+            "probe_p50_ms": 1000 * statistics.median(probes), "probe_p95_ms": 1000 * cuts[18],
+            "large_per_s": len(large) / wall, "large_p50_ms": 1000 * statistics.median(large),
+            "p95_over_large_alone": cuts[18] / large_alone}
+
+
+def fairness_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| threads | large alone ms | ordinary alone ms | under load: ordinary p50 ms | "
+             "p95 ms | p95 / large alone | large requests/s |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['threads']} | {r['large_alone_ms']:.0f} | {r['ordinary_alone_ms']:.1f} | "
+                     f"{r['probe_p50_ms']:.1f} | {r['probe_p95_ms']:.1f} | "
+                     f"{r['p95_over_large_alone']:.2f} | {r['large_per_s']:.2f} |")
+    return "\n".join(lines)
+
+
 def bench_model(kind: str, model: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     n = args.sentences or (24 if args.quick else {"demo": 256, "base": 96}[kind])
     texts = sentences(kind, n, args.src_len)
@@ -210,7 +283,11 @@ def parse_args() -> argparse.Namespace:
                         help="base: every output is forced to this many tokens")
     parser.add_argument("--threads", type=int, default=2, help="the server's torch threads")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's --max-wait-ms")
-    parser.add_argument("--json", default="benchmarks/results/serve.json")
+    parser.add_argument("--scenario", choices=["throughput", "fairness"], default="throughput",
+                        help="fairness: 32 clients loop a large request, one probe an ordinary one")
+    parser.add_argument("--clients", type=int, default=32, help="fairness: clients looping LARGE")
+    parser.add_argument("--seconds", type=float, default=30.0, help="fairness: how long they loop")
+    parser.add_argument("--json", help="default: benchmarks/results/serve[-fairness].json")
     return parser.parse_args()
 
 
@@ -221,16 +298,23 @@ def main() -> None:
         args.src_len = min(args.src_len, 10)
     software = common.versions("torch", "fastapi", "uvicorn")
     print(common.describe(common.machine(), software), flush=True)
+    fair = args.scenario == "fairness"
+    args.json = args.json or f"benchmarks/results/serve{'-fairness' * fair}.json"
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for kind in args.models:
+        for kind in ["demo"] if fair else args.models:
             if kind == "demo":
                 model = Path(args.model) if args.model else demo_model(work, 150 if args.quick else None)
             else:
                 model = base_model_dir(work)
-            rows += bench_model(kind, model, args)
-    print(table(rows))
+            if fair:
+                for threads in (1, args.threads):
+                    rows.append(fairness(model, threads, args))
+                    print(fairness_table(rows[-1:]), flush=True)
+            else:
+                rows += bench_model(kind, model, args)
+    print(fairness_table(rows) if fair else table(rows))
     result = {"machine": common.machine(), "versions": software, "args": vars(args), "rows": rows}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
