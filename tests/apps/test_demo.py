@@ -29,3 +29,32 @@ def test_demo_command_reports_accuracy_and_location(tmp_path: Path, capsys: pyte
     assert re.search(r"^accuracy: \d+\.\d%", text, re.MULTILINE)
     assert f"model saved to {out}" in text
     assert main(["demo", "--out", str(out), "--steps", "10"]) == 2  # never overwrites a run
+
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+@pytest.mark.data
+@pytest.mark.skipif(not (DATA / "multi30k").is_dir(), reason="Multi30k is not in ../shared/data")
+def test_language_demo_trains_scores_and_draws(tmp_path: Path) -> None:
+    """`qkv demo --corpus multi30k`'s pipeline on a tiny model and 3 updates: its sacreBLEU is
+    sacreBLEU's own on the saved model's greedy translations; the attention maps are drawn."""
+    import sacrebleu
+
+    from qkv.apps.demo import run_language_demo
+    from qkv.data.named import load_named
+    from qkv.decode.options import DecodeOptions
+
+    tiny = {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_encoder_layers": 1, "n_decoder_layers": 1}
+    result = run_language_demo(
+        tmp_path / "m", DATA, test_sentences=12, vocab_size=400, max_steps=3, model=tiny
+    )
+    assert result.steps == 3
+    test = load_named("multi30k", "test_2016_flickr", "en", "de", DATA)
+    hyps = Translator.load(result.out_dir).translate(test.src[:12], DecodeOptions(beam=1))
+    want = sacrebleu.corpus_bleu(hyps, [test.tgt[:12]], lowercase=True).score
+    assert result.bleu == pytest.approx(want)
+    assert [e[1] for e in result.examples] == hyps[:8]
+    assert {p.name for p in result.figures} >= {"attention.json", "cross_layer1_heads.png"}
+    with pytest.raises(ValueError, match="leaves no time to train"):
+        run_language_demo(tmp_path / "n", DATA, minutes=1)
