@@ -1,18 +1,15 @@
 """Which decoding path runs fastest on this CPU: precision and weight packing, chosen by measuring.
 
 Whether packed weights (`runtime.packed`) or plain `nn.Linear` decode faster, and whether bf16 beats
-float32, depends on the CPU and on the model's shape, not on a flag one can read: packed float32
-weights win on an AVX-512 EPYC and lose 20% at one sentence on a Xeon (docs/benchmarks.md, "Default
-decoding path"). So `choose_decoding_path` decodes a few greedy steps with the model itself in each
-path the CPU supports, for 1 and for 32 sentences, and keeps the fastest: the one whose times, each
-divided by the best time at its row count, sum least; a packed path whose hypotheses are not
-its plain twin's on this CPU is never chosen. Where plain weights decode one sentence faster
-and packed ones a batch, a third path takes both (`with_plain_rows`): packed layers that multiply
-one-row inputs by the plain weights, kept beside the packed ones (twice the weight memory). bf16 is
-a candidate only where the CPU multiplies it natively (`runtime.precision`); its BLEU is within
-0.2 of float32's on every model in docs/results.md. A verdict is cached on disk per CPU model,
-torch version, thread count and shape (`cache_file()`), so a model is timed once per machine (a
-few seconds at the base shape).
+float32, depends on the CPU and on the model's shape, not on a flag one can read (CPUs that
+disagree: docs/benchmarks.md, "Default decoding path"). So `choose_decoding_path` decodes a few
+greedy steps with the model itself in each path the CPU supports, for 1 and for 32 sentences, and
+keeps the fastest (`runtime.measure.fastest`); a packed path whose hypotheses are not its plain
+twin's on this CPU is never chosen. Where plain weights decode one sentence faster and packed ones a
+batch, a third path takes both (`with_plain_rows`: twice the weight memory). bf16 is a candidate
+only where the CPU multiplies it natively (`runtime.precision`; its BLEU against float32's:
+docs/results.md). The verdict is kept per CPU, torch version, thread count and shape
+(`runtime.measure`), so a model is timed once per machine.
 
     path = choose_decoding_path(model, "cpu")   # what the user left open is measured
     print(path.why)                             # decoding path: bf16, packed weights (...)
@@ -55,7 +52,8 @@ class DecodingPath:
 
 CUDNN_ATTENTION_NOTE = (
     "bf16 decoding on CUDA with cuDNN's attention on: it builds a graph for every new shape, and "
-    "each decoding step has a new one (2.5-10x slower on an H200); "
+    "each decoding step has a new one (several times slower: docs/benchmarks.md, 'Decoding on "
+    "CUDA'); "
     "qkv.runtime.process.configure_process(cudnn_attention=False) turns it off, as the qkv "
     "commands do"
 )

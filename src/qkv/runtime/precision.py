@@ -7,8 +7,8 @@ torch emulates them, slower than fp32.
 
 * `auto`: bf16 where it is native, fp32 elsewhere. Training adds two measured rules on the CPU: a
   model narrower than `CPU_BF16_MIN_D_MODEL` keeps fp32, and so does a CPU whose bf16 matrix
-  products turn out slower than its fp32 ones (`bf16_matmul_pays`: a Xeon exposing AVX512_BF16
-  without AMX multiplies 4096² bf16 at 163 GFLOP/s against 318 in fp32; docs/benchmarks.md).
+  products turn out slower than its fp32 ones (`bf16_matmul_pays`: a CPU may expose AVX512_BF16
+  without AMX and multiply bf16 slower than fp32; docs/benchmarks.md, "Default training precision").
 * `fp32`: always fp32.
 * `bf16`: always bf16; on hardware without native bf16 it runs, emulated and slow, with a warning.
 
