@@ -53,7 +53,7 @@ def test_qkv_cache_dir_holds_the_corpora_the_hub_models_and_the_decoding_paths(
 ) -> None:
     from qkv.config import cache_dir
     from qkv.data.named import resolve_data_dir
-    from qkv.runtime.choice import cache_file
+    from qkv.runtime.measure import cache_file
 
     monkeypatch.delenv("QKV_DATA_DIR", raising=False)
     monkeypatch.setenv("QKV_CACHE_DIR", str(tmp_path))

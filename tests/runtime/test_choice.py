@@ -13,11 +13,11 @@ import torch
 from qkv.runtime.choice import (
     candidates,
     choose_decoding_path,
-    fastest,
     step_shapes,
     time_greedy_steps,
     with_plain_rows,
 )
+from qkv.runtime.measure import fastest
 from qkv.runtime.packed import packing_available
 from tiny_models import tiny_model
 
@@ -135,9 +135,9 @@ def test_time_greedy_steps_returns_a_time_per_path_and_row_count_and_leaves_the_
 
 def test_a_path_whose_hypotheses_are_wrong_here_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """The packed path made wrong (its weights moved): it decodes, and is not among the timed."""
-    from qkv.runtime import prepare
+    from qkv.runtime import choice
 
-    real = prepare.prepare_for_decoding
+    real = choice.prepare_for_decoding
 
     def wrong(model: torch.nn.Module, device: str, pack: bool, precision: str) -> torch.nn.Module:
         out = real(model, device, pack=False, precision=precision)
@@ -149,7 +149,7 @@ def test_a_path_whose_hypotheses_are_wrong_here_is_left_out(monkeypatch: pytest.
 
     paths = [("fp32", False), ("fp32", True)]
     assert set(time_greedy_steps(tiny_model(), paths, steps=2, repeats=1)) == set(paths)
-    monkeypatch.setattr(prepare, "prepare_for_decoding", wrong)
+    monkeypatch.setattr(choice, "prepare_for_decoding", wrong)
     assert set(time_greedy_steps(tiny_model(), paths, steps=2, repeats=1)) == {("fp32", False)}
 
 

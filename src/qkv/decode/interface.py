@@ -21,15 +21,7 @@ from typing import Protocol
 from torch import Tensor
 
 from ..config import TransformerConfig
-
-
-class Cache(Protocol):
-    """Incremental-decoding state: its length, and `reorder(rows, sources)` (see `DecoderCache`)."""
-
-    @property
-    def length(self) -> int: ...
-
-    def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None: ...
+from ..model.cache import Cache
 
 
 class Decodable(Protocol):
@@ -53,4 +45,4 @@ class Decodable(Protocol):
     def max_target_positions(self) -> int | None: ...
 
 
-__all__ = ["Cache", "Decodable"]
+__all__ = ["Decodable"]

@@ -11,8 +11,20 @@ caches one row per source, which all the hypotheses of that source read (see
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import Tensor
+
+
+class Cache(Protocol):
+    """Incremental-decoding state, whatever the model: its length, and `reorder(rows, sources)`
+    (`DecoderCache` is the Transformer's; the decoding interface, `decode.interface`, takes any)."""
+
+    @property
+    def length(self) -> int: ...
+
+    def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None: ...
 
 
 class KVCache:

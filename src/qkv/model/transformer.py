@@ -17,15 +17,13 @@ attention weights of every layer and head; without one the fused attention kerne
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
 from .attention import AttentionWeights
-from .cache import DecoderCache
+from .cache import Cache, DecoderCache
 from .embedding import TokenEmbedding
 from .heads import ClassificationHead
 from .layers import DecoderLayer, EncoderLayer, make_norm
@@ -37,9 +35,6 @@ from .positions import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
-
-if TYPE_CHECKING:
-    from ..decode.interface import Cache
 
 
 class Stack(nn.Module):

@@ -38,9 +38,9 @@ from .swap import rebuilt_as, replace_modules
 
 FEW_QUERY_MAX_T = 8  # queries per row (one per step; a sentence's beams stacked)
 FEW_QUERY_MIN_ROWS = 512  # B * H * T query rows from which two matmuls beat the fused kernel
-# bf16: the fused kernel is several times slower than in fp32 for one query a row (AVX512_BF16,
-# torch 2.13: 780 against 180 us at 256 rows); two bf16 matmuls beat it from about 64 rows, and
-# below that the fp32 fused kernel on q, k, v cast up does (batch 1: 22-29 against 31-54 us)
+# bf16: the fused kernel is several times slower than in fp32 for one query a row; two bf16
+# matmuls beat it from about 64 rows, and below that the fp32 fused kernel on q, k, v cast up does
+# (docs/benchmarks.md, "bf16 against fp32")
 FEW_QUERY_MIN_ROWS_BF16 = 64
 
 

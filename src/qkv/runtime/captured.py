@@ -1,38 +1,20 @@
 """A captured decoding step: the decoder's one-new-token step compiled into one C++ program.
 
-At batch 1 a decoding step is a few hundred small operations (36 linear layers, 12 attentions, 18
-norms and residuals, the positions), and in eager PyTorch each pays Python and dispatch costs that
-dwarf its arithmetic. `CapturedDecoder` takes the place of a model's `Decoder` (swapped in from
-outside, `capture_decoder`) and runs that step through `torch.compile` (TorchInductor, C++ wrapper,
-frozen weights, shapes symbolic: one compilation per family of shapes, one row or several, beams
-sharing a memory row or not, serves every batch, source length and cache size; each decoder its
-own programs, whose guards check the step's arguments only: `own_step`). The step reads
-and writes the model's own `DecoderCache`: each layer's new key and value go into the cache's
-buffer in place, and attention reads the positions held, rounded up to `READ_BLOCK`, the ones not
-yet written masked out (a symbolic length: the steps share one program). The buffer is sized for
-the longest output allowed, and these reads are much of a step's memory traffic: reading only what
-is held translates Multi30k's test set 1.05-1.18x faster (docs/benchmarks.md). Everything else,
-the first call of a prefix, attention weights, training, runs the readable `Decoder` it wraps,
-unchanged.
+At batch 1 a decoding step is a few hundred small operations, each paying Python and dispatch costs
+that dwarf its arithmetic in eager PyTorch. `CapturedDecoder` takes the place of a model's `Decoder`
+(swapped in from outside, `capture_decoder`) and runs that step through `torch.compile`
+(TorchInductor, C++ wrapper, frozen weights, symbolic shapes: one program per family of shapes,
+`own_step`). The step writes each layer's new key and value into the model's own `DecoderCache` in
+place, and attention reads only the positions held, rounded up to `READ_BLOCK`. Everything else
+(the first call of a prefix, attention weights, training) runs the readable `Decoder` it wraps.
 
-int8 (`int8_linears`): the step's linear layers are `Int8Linear`, weights quantized per output
-row, the activations per row at run time (the scheme CTranslate2 uses). With AVX512-VNNI, where
-its one-row products measure faster than `torch._int_mm`'s at load, they multiply by qkv's own
-kernel (`qkv.runtime.kernels.int8_linear`: the weight streamed once for up to four rows), and so
-does the output projection; elsewhere one row by `torch._int_mm`, several by
-oneDNN's prepacked product where it measures faster (beam 4 of one sentence 1.2x on a Xeon:
-docs/benchmarks.md, "A captured decoding step"), and the output projection is torch's dynamic
-int8. The encoder and the cross-attention's memory projections, many rows called once per source,
-are torch's dynamic int8 (fbgemm or oneDNN, measured: `runtime.quantize`). An int8 step's caches
-hold keys and values in float16 (`INT8_KV_DTYPE`), cast up to float32 as attention reads them.
-
-The attention of a float32 or int8 step runs a C++ kernel, `qkv::decoding_attention`
-(`qkv.runtime.kernels`: one pass over a row's keys and values, read in the cache's dtype), which
-the program calls through the dispatcher; where it cannot be built, TorchInductor's own loops.
-
-The compilation costs seconds once per process (TorchInductor caches its work on disk, in
-`TORCHINDUCTOR_CACHE_DIR`); a model served or decoding many sentences amortises it.
-`tests/runtime/test_captured.py` checks the captured step against the readable decoder.
+int8 (`int8_linears`): the step's linear layers are `Int8Linear` (weights per output row, inputs per
+row at run time, as CTranslate2 does), each product on the kernel measured faster and checked right
+on this CPU (`runtime.int8_choice`); its caches hold float16 (`INT8_KV_DTYPE`); the encoder and the
+memory projections (many rows, once per source) are torch's dynamic int8 (`runtime.quantize`).
+Attention runs qkv's C++ kernel (`runtime.kernels`) where it builds. Compiling costs seconds once
+per process (cached on disk in `TORCHINDUCTOR_CACHE_DIR`). What it gains: docs/benchmarks.md, "A
+captured decoding step"; `tests/runtime/test_captured.py` checks it against the readable decoder.
 """
 
 from __future__ import annotations
@@ -97,12 +79,11 @@ class Int8Linear(nn.Module):
 
     The integer product runs in one of three kernels, with the same sums (the same outputs). On a
     CPU with AVX512-VNNI, `use_kernel()` packs the weight for qkv's own `int8_linear`
-    (`qkv.runtime.kernels`), which streams it once for up to four rows at a time: a step's
-    one-row products 2.3x faster than on `torch._int_mm` on an EPYC, and as fast as oneDNN's at
-    32 and 128 rows (docs/benchmarks.md, "qkv's int8 kernel"). Elsewhere one row, and every row
-    where `onednn_rows` is off, runs `torch._int_mm`; several rows in the captured step with
+    (`qkv.runtime.kernels`), which streams it once for up to four rows at a time
+    (docs/benchmarks.md, "qkv's int8 kernel"). Elsewhere one row, and every row where
+    `onednn_rows` is off, runs `torch._int_mm`; several rows in the captured step with
     `onednn_rows` on, oneDNN's product of unsigned x (xq + 128, zero point 128) by the weight
-    prepacked once (1.1-1.4x faster at 2-64 rows on one thread of the Xeon in docs/benchmarks.md).
+    prepacked once (docs/benchmarks.md, "Frozen weights, and oneDNN's product for several rows").
     That product is written as dequantize -> linear, the pattern TorchInductor's freezing passes
     turn into `onednn.qlinear_pointwise`; `int8_linears` measures whether it is faster on this CPU.
     """
@@ -362,11 +343,11 @@ def own_step(decoder: CapturedDecoder) -> Callable[..., Tensor]:
 
 
 def guards_on_the_arguments(entries: list[Any]) -> list[bool]:
-    """The guards a captured step keeps at every call (`guard_filter_fn` of `torch.compile`):
-    those on its arguments (rows, cache sizes, the buffers). Those on the decoder's modules and
-    on the functions it calls go: once captured, a decoder's modules do not change (its weights
-    are the program's constants: `own_step`), and checking them (~1,000 guards) took ~8% of a
-    one-row int8 step on an EPYC (docs/benchmarks.md)."""
+    """The guards a captured step keeps at every call (`guard_filter_fn` of `torch.compile`): those
+    on its arguments (rows, cache sizes, the buffers). Those on the decoder's modules and on the
+    functions it calls go: once captured, a decoder's modules do not change (its weights are the
+    program's constants: `own_step`), and checking them (about a thousand guards) takes a share of a
+    one-row step worth saving (docs/benchmarks.md, "What a captured step checks at every call")."""
     modules = torch.compiler.skip_guard_on_all_nn_modules_unsafe(entries)
     functions = torch.compiler.skip_guard_on_globals_unsafe(entries)
     return [a and b for a, b in zip(modules, functions, strict=True)]

@@ -1,18 +1,15 @@
 """Which decoding path runs fastest on this CPU: precision and weight packing, chosen by measuring.
 
 Whether packed weights (`runtime.packed`) or plain `nn.Linear` decode faster, and whether bf16 beats
-float32, depends on the CPU and on the model's shape, not on a flag one can read: packed float32
-weights win on an AVX-512 EPYC and lose 20% at one sentence on a Xeon (docs/benchmarks.md, "Default
-decoding path"). So `choose_decoding_path` decodes a few greedy steps with the model itself in each
-path the CPU supports, for 1 and for 32 sentences, and keeps the fastest: the one whose times, each
-divided by the best time at its row count, sum least; a packed path whose hypotheses are not
-its plain twin's on this CPU is never chosen. Where plain weights decode one sentence faster
-and packed ones a batch, a third path takes both (`with_plain_rows`): packed layers that multiply
-one-row inputs by the plain weights, kept beside the packed ones (twice the weight memory). bf16 is
-a candidate only where the CPU multiplies it natively (`runtime.precision`); its BLEU is within
-0.2 of float32's on every model in docs/results.md. A verdict is cached on disk per CPU model,
-torch version, thread count and shape (`cache_file()`), so a model is timed once per machine (a
-few seconds at the base shape).
+float32, depends on the CPU and on the model's shape, not on a flag one can read (CPUs that
+disagree: docs/benchmarks.md, "Default decoding path"). So `choose_decoding_path` decodes a few
+greedy steps with the model itself in each path the CPU supports, for 1 and for 32 sentences, and
+keeps the fastest (`runtime.measure.fastest`); a packed path whose hypotheses are not its plain
+twin's on this CPU is never chosen. Where plain weights decode one sentence faster and packed ones a
+batch, a third path takes both (`with_plain_rows`: twice the weight memory). bf16 is a candidate
+only where the CPU multiplies it natively (`runtime.precision`; its BLEU against float32's:
+docs/results.md). The verdict is kept per CPU, torch version, thread count and shape
+(`runtime.measure`), so a model is timed once per machine.
 
     path = choose_decoding_path(model, "cpu")   # what the user left open is measured
     print(path.why)                             # decoding path: bf16, packed weights (...)
@@ -23,28 +20,23 @@ few seconds at the base shape).
 from __future__ import annotations
 
 import copy
-import json
-import os
-import statistics
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import torch
 from torch import nn
 
-from ..config import cache_dir
+from ..decode.search import greedy
+from .measure import ROWS, alternate, cache_file, cache_key, fastest, read_verdicts, write_verdict
 from .packed import PackedLinear, packing_available
 from .precision import cpu_flags, native_bf16, resolve_precision, torch_dtype
+from .prepare import prepare_for_decoding
 
-ROWS = (1, 32)  # one sentence greedy; a batch
 # (precision, pack) -> {rows: seconds of greedy decoding a few tokens}
 Timings = dict[tuple[str, bool], dict[int, float]]
 Measure = Callable[[nn.Module, list[tuple[str, bool]]], Timings]
-Path_ = TypeVar("Path_", bound=tuple)
 
 
 @dataclass(frozen=True)
@@ -60,26 +52,11 @@ class DecodingPath:
 
 CUDNN_ATTENTION_NOTE = (
     "bf16 decoding on CUDA with cuDNN's attention on: it builds a graph for every new shape, and "
-    "each decoding step has a new one (2.5-10x slower on an H200); "
+    "each decoding step has a new one (several times slower: docs/benchmarks.md, 'Decoding on "
+    "CUDA'); "
     "qkv.runtime.process.configure_process(cudnn_attention=False) turns it off, as the qkv "
     "commands do"
 )
-
-
-def cache_file() -> Path:
-    """Where verdicts are kept: $QKV_CACHE_DIR/decoding-paths.json (default ~/.cache/qkv)."""
-    return cache_dir() / "decoding-paths.json"
-
-
-def cpu_model_name() -> str:
-    """The CPU's model name from /proc/cpuinfo ("unknown CPU" where there is none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def step_shapes(model: nn.Module) -> list[tuple[int, int]]:
@@ -107,15 +84,14 @@ def candidates(precision: str, pack: bool | None, flags: set[str]) -> list[tuple
     return out
 
 
-def time_greedy_steps(model: nn.Module, paths: list[tuple[str, bool]], steps: int = 8,
-                      repeats: int = 3) -> Timings:
+def time_greedy_steps(
+    model: nn.Module, paths: list[tuple[str, bool]], steps: int = 8, repeats: int = 3
+) -> Timings:
     """Median seconds of greedy decoding `steps` tokens for 1 and for 32 random sources (each of
     ROWS) with a copy of `model` prepared in each path; the paths alternate, so a busy moment
-    costs them alike. A packed path whose hypotheses' log-probabilities are not its plain twin's
-    (`agree`) is left out: it is wrong on this CPU, however fast."""
-    from ..decode.search import greedy  # decode imports runtime: import at call time
-    from .prepare import prepare_for_decoding
-
+    costs them alike (`runtime.measure.alternate`). A packed path whose hypotheses'
+    log-probabilities are not its plain twin's (`agree`) is left out: it is wrong on this CPU,
+    however fast."""
     prepared = {
         path: prepare_for_decoding(copy.deepcopy(model), "cpu", pack=path[1], precision=path[0])
         for path in paths
@@ -126,16 +102,15 @@ def time_greedy_steps(model: nn.Module, paths: list[tuple[str, bool]], steps: in
     wrong: set[tuple[str, bool]] = set()
     for rows in ROWS:
         src = torch.randint(4, vocab, (rows, 16), generator=generator)
-        samples: dict[tuple[str, bool], list[float]] = {path: [] for path in paths}
-        found = {}
-        for _ in range(repeats + 1):  # a warm-up run
-            for path in paths:
-                start = time.perf_counter()
-                found[path] = greedy(prepared[path], src, min_len=steps, max_len=steps)
-                samples[path].append(time.perf_counter() - start)
+        runs = {
+            path: lambda m=prepared[path], src=src: greedy(m, src, min_len=steps, max_len=steps)
+            for path in paths
+        }
+        timed = alternate(runs, repeats)
+        found = {path: t.result for path, t in timed.items()}
         wrong |= {path for path in paths if not agree(found, path)}
         for path in paths:
-            out[path][rows] = statistics.median(samples[path][1:])
+            out[path][rows] = timed[path].seconds
     return {path: t for path, t in out.items() if path not in wrong}
 
 
@@ -149,17 +124,6 @@ def agree(found: dict[tuple[str, bool], list], path: tuple[str, bool]) -> bool:
     tolerance = 1e-3 if path[0] == "fp32" else 2e-2
     pairs = zip(found[path], twin, strict=True)
     return all(abs(a.logprob - b.logprob) <= tolerance * (abs(b.logprob) + 1) for a, b in pairs)
-
-
-def fastest(timings: dict[Path_, dict[int, float]], margin: float = 1.0) -> Path_:
-    """The path whose times, each divided by the best at its row count, sum least; with a
-    margin below 1 the first path (a default) stays unless that sum is at most `margin` times
-    its own. Every path is timed at the same row counts."""
-    rows = next(iter(timings.values()))
-    best = {r: min(t[r] for t in timings.values()) for r in rows}
-    sums = {path: sum(t[r] / best[r] for r in rows) for path, t in timings.items()}
-    least, default = min(sums, key=sums.__getitem__), next(iter(sums))
-    return least if sums[least] <= margin * sums[default] else default
 
 
 def with_plain_rows(timings: Timings) -> dict[tuple[str, bool, int], dict[int, float]]:
@@ -188,37 +152,6 @@ def describe(path: tuple, timings: Timings | None, source: str) -> str:
     )
     rows = " / ".join(map(str, ROWS))
     return f"decoding path: {name} ({source}; greedy steps for {rows} sentences: {times})"
-
-
-def cache_key(shapes: list[tuple[int, int]], flags: set[str]) -> str:
-    """What a verdict depends on: the CPU, its bf16 flags, torch, threads and the shapes."""
-    marks = ",".join(sorted(f for f in flags if "bf16" in f or "amx" in f)) or "-"
-    counted = sorted({s: shapes.count(s) for s in shapes}.items())
-    layers = " ".join(f"{i}x{o}*{n}" for (i, o), n in counted)
-    return (f"{cpu_model_name()} [{marks}] torch {torch.__version__} "
-            f"threads {torch.get_num_threads()} | {layers}")
-
-
-def read_verdicts(path: Path) -> dict[str, dict]:
-    """The verdicts kept in `path` by their `cache_key` ({} where there are none yet)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):  # none yet, or unreadable: measure again
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def write_verdict(path: Path, key: str, verdict: dict) -> None:
-    """Keep `verdict` in `path` under `key` (the others kept; nothing where `path` is read-only)."""
-    data = read_verdicts(path)
-    data[key] = verdict
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError:  # a read-only home: the verdict is measured again next time
-        pass
 
 
 def choose_decoding_path(
@@ -264,14 +197,9 @@ def choose_decoding_path(
 
 __all__ = [
     "DecodingPath",
-    "cache_file",
-    "cache_key",
     "candidates",
     "choose_decoding_path",
-    "fastest",
-    "read_verdicts",
     "step_shapes",
     "time_greedy_steps",
     "with_plain_rows",
-    "write_verdict",
 ]

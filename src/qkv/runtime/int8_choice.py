@@ -11,29 +11,39 @@ candidate that disagrees is never chosen, however fast.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from .kernels import int8_linear, pack_int8_weight
-from .timing import time_calls
-
-if TYPE_CHECKING:
-    from .captured import Int8Linear
+from .measure import alternate, fastest
 
 # oneDNN's prepacked int8 product replaces torch._int_mm for several rows when it takes at most
 # this share of its time (`onednn_rows_faster`)
 ONEDNN_MARGIN = 0.9
 
 
+class Int8Linear(Protocol):
+    """What the choice reads of an int8 layer (`runtime.captured.Int8Linear`): its int8 weight
+    (N, K) quantized per output row, the N scales, the bias; calling it gives its outputs."""
+
+    qweight: Tensor
+    scale: Tensor
+    bias: Tensor | None
+    in_features: int
+
+    def __call__(self, x: Tensor) -> Tensor: ...
+
+
 def onednn_rows_faster(linears: list[Int8Linear], rows: int = 4, repeats: int = 5) -> bool:
     """Whether oneDNN's prepacked product (`Int8Linear`) beats `torch._int_mm` for `rows`-row
     inputs (beam search's four hypotheses) on this CPU: each multiplies the same rows by every
-    weight of `linears` in turn, the median of `repeats` passes, oneDNN chosen when at least
-    `ONEDNN_MARGIN` faster. False where oneDNN's int8 product is missing, and where its sums are
-    not `_int_mm`'s on these rows (`agree`): a u8 x s8 product without VNNI saturates its 16-bit
-    pair sums, and the first row, every x at 127, is where they are largest."""
+    weight of `linears` in turn, the median of `repeats` passes (the two alternating), oneDNN
+    chosen when at least `ONEDNN_MARGIN` faster. False where oneDNN's int8 product is missing,
+    and where its sums are not `_int_mm`'s on these rows (`agree`): a u8 x s8 product without
+    VNNI saturates its 16-bit pair sums, and the first row, every x at 127, is where they are
+    largest."""
     if not linears or not onednn_int8_available():
         return False
     weights = [m.qweight for m in linears]
@@ -54,7 +64,8 @@ def onednn_rows_faster(linears: list[Int8Linear], rows: int = 4, repeats: int = 
 
     if not all(agree(got, want.float()) for got, want in zip(onednn(), int_mm(), strict=True)):
         return False  # fast or not, wrong on this CPU
-    return choose_onednn(time_calls(int_mm, repeats).seconds, time_calls(onednn, repeats).seconds)
+    timed = alternate({"int_mm": int_mm, "onednn": onednn}, repeats)
+    return choose_onednn(timed["int_mm"].seconds, timed["onednn"].seconds)
 
 
 def onednn_prepack(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -80,7 +91,8 @@ def agree(got: Tensor, want: Tensor) -> bool:
 
 def choose_onednn(int_mm_seconds: float, onednn_seconds: float) -> bool:
     """oneDNN's product where it takes at most `ONEDNN_MARGIN` of `_int_mm`'s time."""
-    return onednn_seconds <= ONEDNN_MARGIN * int_mm_seconds
+    seconds = {"int_mm": {4: int_mm_seconds}, "onednn": {4: onednn_seconds}}
+    return fastest(seconds, ONEDNN_MARGIN) == "onednn"
 
 
 def onednn_int8_available() -> bool:
@@ -90,9 +102,9 @@ def onednn_int8_available() -> bool:
 def kernel_rows_faster(linears: list[Int8Linear], repeats: int = 5) -> bool:
     """Whether qkv's int8 kernel multiplies one row (a greedy step's) by every weight of `linears`
     faster than `torch._int_mm` does on this CPU: the kernel as called (x quantized and the sums
-    scaled inside) against `_int_mm`'s bare integer product, the median of `repeats` passes each
-    (`choose_kernel`). False where the kernel does not run, and where its outputs are not the
-    layers' own (`_int_mm`'s) on these rows (`agree`)."""
+    scaled inside) against `_int_mm`'s bare integer product, the median of `repeats` passes each,
+    the two alternating (`choose_kernel`). False where the kernel does not run, and where its
+    outputs are not the layers' own (`_int_mm`'s) on these rows (`agree`)."""
     op = int8_linear()
     if op is None or not linears:
         return False
@@ -111,14 +123,15 @@ def kernel_rows_faster(linears: list[Int8Linear], repeats: int = 5) -> bool:
     with torch.inference_mode():
         if not all(agree(y, m(x[m.in_features])) for y, m in zip(kernel(), linears, strict=True)):
             return False  # fast or not, wrong on this CPU
-        kernel_seconds = time_calls(kernel, repeats).seconds
-        return choose_kernel(kernel_seconds, time_calls(int_mm, repeats).seconds)
+        timed = alternate({"kernel": kernel, "int_mm": int_mm}, repeats)
+        return choose_kernel(timed["kernel"].seconds, timed["int_mm"].seconds)
 
 
 def choose_kernel(kernel_seconds: float, int_mm_seconds: float) -> bool:
     """qkv's int8 kernel where it takes at most `_int_mm`'s time (at several rows it is as fast
-    as oneDNN's product: docs/benchmarks.md, "qkv's int8 kernel")."""
-    return kernel_seconds <= int_mm_seconds
+    as oneDNN's product: docs/benchmarks.md, "qkv's int8 kernel"): the kernel is the default,
+    kept on a tie."""
+    return fastest({"kernel": {1: kernel_seconds}, "int_mm": {1: int_mm_seconds}}) == "kernel"
 
 
 __all__ = [

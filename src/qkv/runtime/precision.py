@@ -7,8 +7,8 @@ torch emulates them, slower than fp32.
 
 * `auto`: bf16 where it is native, fp32 elsewhere. Training adds two measured rules on the CPU: a
   model narrower than `CPU_BF16_MIN_D_MODEL` keeps fp32, and so does a CPU whose bf16 matrix
-  products turn out slower than its fp32 ones (`bf16_matmul_pays`: a Xeon exposing AVX512_BF16
-  without AMX multiplies 4096² bf16 at 163 GFLOP/s against 318 in fp32; docs/benchmarks.md).
+  products turn out slower than its fp32 ones (`bf16_matmul_pays`: a CPU may expose AVX512_BF16
+  without AMX and multiply bf16 slower than fp32; docs/benchmarks.md, "Default training precision").
 * `fp32`: always fp32.
 * `bf16`: always bf16; on hardware without native bf16 it runs, emulated and slow, with a warning.
 
@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import functools
 import re
-import time
 import warnings
 from pathlib import Path
 
 import torch
+
+from .measure import alternate, fastest
 
 PRECISIONS = ("auto", "fp32", "bf16")
 # the CPU flags that mean native bf16 matrix products (either is enough)
@@ -104,20 +105,14 @@ def resolve_precision(
 @functools.cache
 def bf16_matmul_pays(size: int = 1024, repeats: int = 5) -> bool:
     """Whether this CPU multiplies bf16 matrices faster than fp32 ones: the best of `repeats`
-    size x size products each, after a warm-up; measured once per process (~0.2 s). The flags
-    alone do not say it (the module docstring)."""
+    size x size products each, the two alternating after a warm-up (`runtime.measure`); fp32
+    stays on a tie. Measured once per process (~0.2 s). The flags alone do not say it (the
+    module docstring)."""
     a = torch.randn(size, size)
-    best = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        x = a.to(dtype)
-        torch.matmul(x, x)  # warm-up: the kernel is chosen and its buffers allocated
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            torch.matmul(x, x)
-            times.append(time.perf_counter() - start)
-        best[dtype] = min(times)
-    return best[torch.bfloat16] < best[torch.float32]
+    matrices = {name: a.to(torch_dtype(name)) for name in ("fp32", "bf16")}
+    runs = {name: lambda x=x: torch.matmul(x, x) for name, x in matrices.items()}
+    best = {name: {size: t.best_seconds} for name, t in alternate(runs, repeats).items()}
+    return fastest(best) == "bf16"
 
 
 def describe_hardware(device: str | torch.device, flags: set[str] | None = None) -> str:

@@ -1,60 +1,29 @@
 """Process-wide settings: the one place where qkv changes the whole process.
 
-Thread count, the allocator's behaviour and the global random seeds belong to the process, not to
-a model or a trainer: the command line (`qkv train`, `qkv demo`) calls `configure_process` once,
-before it builds anything, and building a `Trainer` or a `Translator` changes none of them (while
-it trains, `Trainer.train()` draws dropout from torch's generator, from a state of its own: see
-`qkv.train.trainer`). A Python program that wants the command line's settings calls
-`configure_process` itself:
+Threads, the allocator, oneDNN's primitive cache, cuDNN's attention and the random seeds belong to
+the process, not to a model or a trainer: the command line calls `configure_process` once, before
+it builds anything, and building a `Trainer` or a `Translator` changes none of them
+(`Trainer.train()` draws dropout from a generator state of its own). A program that wants the
+command line's settings calls it itself:
 
     configure_process(**cfg.process_settings())   # threads=..., seed=..., keep_freed_memory=...
     Trainer(cfg, "runs/m30k").train()
 
-`keep_freed_memory` (Linux/glibc) keeps freed memory in the process. A training step allocates and
-frees the same large tensors every time (a batch of logits is hundreds of MB at a 10k vocabulary).
-glibc serves blocks above 32 MB with mmap and gives them back with munmap on free, and trims the
-heap top above 128 kB, so every step pays page faults to map the same memory again and the kernel
-zeroes it. Turning both off keeps the memory once touched, as tcmalloc or jemalloc would; the
-process's RSS then stays at its peak instead of breathing. docs/benchmarks.md measures what it gains
-for training on the CPU.
+Why (docs/benchmarks.md measures each: "Training loop: the CPU recipe", "Training memory", "The
+allocator for decoding", "bf16 on CUDA"):
 
-Kept freed memory fragments. Its heap never shrinks and serves every block, so each small block
-that outlives a step (oneDNN's primitive for a new matrix-product shape above all: in bf16 on a CPU
-with AVX512_BF16 or AMX, every product of a new shape builds one, and variable-length batches make
-nearly every step's shapes new) can split the hole that the next step's larger tensor needed, and
-the heap grows past it. On `multi30k-wide` in bf16 glibc's `mallinfo2` showed 4.1 GiB of heap of
-which 3.1–3.5 GiB free in 18,000 pieces after 60 updates, and RSS grew by gigabytes every few
-hundred updates until the machine ran out of memory; float32 products go to a BLAS that builds
-nothing per shape. Two settings slow it (docs/benchmarks.md, "Training memory"):
-
-* `onednn_primitive_cache` keeps that many oneDNN primitives (oneDNN's default: 1,024). A training
-  step rarely meets its shapes again, so `TRAINING_PRIMITIVE_CACHE` is small and a primitive is
-  freed soon after its step. oneDNN reads the capacity when it first builds a primitive:
-  `configure_process` sets it before anything runs (an `ONEDNN_PRIMITIVE_CACHE_CAPACITY` already in
-  the environment wins), and a later call changes nothing.
-* `release_freed_memory()` gives the pages of the free pieces back (glibc's `malloc_trim`); the
-  trainer calls it every `RELEASE_EVERY` CPU updates.
-
-Those slow the growth; they do not end it, since the next steps touch the holes again. The allocator
-that ends it is tcmalloc, which keeps freed blocks in size classes (no page faults, no growth: on
-`multi30k-wide` in bf16 RSS stays at 2.6 GiB through update 200 and at 3.2 GiB from the first
-validation on, at glibc's speed or better). `restart_with_tcmalloc()` runs the
-same command again with tcmalloc preloaded where it is installed (Debian: `libtcmalloc-minimal4`);
-`qkv train`, `qkv evaluate`, `qkv serve` and `qkv translate` of a long file do so on a CPU and say
-so on stderr. Without it, glibc with the settings above for training. Decoding gains too: its step
-allocates and frees tensors of tens of MB (a batch's logits, its log-probs, beam search's
-candidates), which glibc maps and unmaps each time; with tcmalloc Multi30k's test set translates
-1.1-1.35x faster (docs/benchmarks.md, "The allocator for decoding"). A program that decodes
-through `Translator` gets it by starting Python with `LD_PRELOAD=libtcmalloc_minimal.so.4`.
-
-`cudnn_attention=False` turns off PyTorch's cuDNN backend of `scaled_dot_product_attention` (CUDA
-only; the flash and memory-efficient kernels take its place). On an H100 with torch 2.11 that
-backend builds a graph for every new shape: 40 ms per new (batch, length) in bf16, 650 ms the first
-time, so the first epoch of variable-length batches runs 7x slower (multi30k-wide: 100 bf16 steps
-in 37 s with it, 5.5 s without; same losses). Decoding meets a new shape at every step (the keys
-grow by one): on an H200, bf16 beam search over Multi30k's 1,000 test sentences takes 21.4 s with it
-and 2.6 s without. `qkv train`, `qkv serve` and the translating commands turn it off; a program
-that decodes in bf16 on CUDA with it on is warned (`runtime.choice`).
+* `keep_freed_memory` (Linux/glibc): a training step frees and allocates the same large tensors
+  every step; glibc unmaps big blocks and trims the heap, so each step faults the pages in again.
+* Kept memory fragments where oneDNN builds a primitive per new product shape (bf16 on a CPU):
+  `onednn_primitive_cache` (`TRAINING_PRIMITIVE_CACHE`, read before oneDNN's first primitive) and
+  `release_freed_memory()` (glibc's `malloc_trim`, every `RELEASE_EVERY` updates) slow the growth;
+  tcmalloc ends it, and decoding runs faster with it: `restart_with_tcmalloc()` runs the command
+  again with it preloaded where installed (Debian: `libtcmalloc-minimal4`), as `qkv train`,
+  `evaluate`, `serve` and `translate` of a long file do on a CPU (a program using `Translator`
+  starts Python with `LD_PRELOAD=libtcmalloc_minimal.so.4`).
+* `cudnn_attention=False` (CUDA): cuDNN's attention builds a graph for every new shape, and
+  variable-length batches and decoding steps each bring one; the commands turn it off, and bf16
+  decoding with it on is warned (`runtime.choice`).
 """
 
 from __future__ import annotations

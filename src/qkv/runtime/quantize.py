@@ -21,8 +21,6 @@ takes at most `ENGINE_MARGIN` of its time.
 from __future__ import annotations
 
 import copy
-import statistics
-import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -31,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .choice import ROWS, cache_file, cache_key, fastest, read_verdicts, write_verdict
+from .measure import ROWS, alternate, cache_file, cache_key, fastest, read_verdicts, write_verdict
 from .precision import cpu_flags
 
 QUANTIZATIONS = ("int8",)
@@ -126,7 +124,7 @@ def faster_int8_engine(
 ) -> str:
     """The int8 library that multiplies inputs of each of `rows` rows by `linears` faster on this
     CPU (`choose_engine`), measured once per CPU, torch, threads and shapes: the verdict is kept
-    in `cache` (default: `runtime.choice.cache_file()`) beside the decoding paths'. timer:
+    in `cache` (default: `runtime.measure.cache_file()`) beside the decoding paths'. timer:
     seconds of one pass over the layers (default: `time_int8_layers`)."""
     engines = int8_engines()
     if len(engines) == 1 or not linears:
@@ -171,34 +169,33 @@ def agreeing_engines(linears: list[nn.Linear], engines: list[str]) -> list[str]:
 
 def choose_engine(seconds: dict[str, dict[int, float]]) -> str:
     """The first library (the default) unless another's seconds, each divided by the least at
-    its row count, sum to at most `ENGINE_MARGIN` of the default's (`runtime.choice.fastest`)."""
+    its row count, sum to at most `ENGINE_MARGIN` of the default's (`runtime.measure.fastest`)."""
     return fastest(seconds, ENGINE_MARGIN)
 
 
 def time_int8_layers(linears: list[nn.Linear], engines: list[str], repeats: int) -> Timer:
     """A `Timer` over each library's int8 copy of one layer per distinct shape among `linears`:
     a pass is each shape's median call (of `repeats`, after a warm-up that builds the kernels)
-    times its count, on random rows; the libraries alternate call by call, so a busy moment
-    costs them alike."""
+    times its count, on random rows; the libraries alternate call by call
+    (`runtime.measure.alternate`), so a busy moment costs them alike."""
     shapes = Counter((m.in_features, m.out_features) for m in linears)
     one_each = list({(m.in_features, m.out_features): m for m in linears}.values())
     copies = {e: quantize_int8(nn.ModuleList(one_each), engine=e) for e in engines}
     passes: dict[tuple[str, int], float] = {}
 
     def measure(rows: int) -> None:
-        calls: dict[str, list[list[float]]] = {e: [[] for _ in one_each] for e in engines}
+        per_shape: dict[str, list[float]] = {e: [] for e in engines}
         with torch.inference_mode():
             for i, layer in enumerate(one_each):
                 x = torch.randn(rows, layer.in_features)
-                for _ in range(repeats + 1):
-                    for engine in engines:
-                        start = time.perf_counter()
-                        copies[engine][i](x)
-                        calls[engine][i].append(time.perf_counter() - start)
+                runs = {e: lambda f=copies[e][i], x=x: f(x) for e in engines}
+                for engine, timing in alternate(runs, repeats).items():
+                    per_shape[engine].append(timing.seconds)
+        counts = [shapes[m.in_features, m.out_features] for m in one_each]
         for engine in engines:
-            per_shape = [statistics.median(c[1:]) for c in calls[engine]]
-            counts = [shapes[m.in_features, m.out_features] for m in one_each]
-            passes[engine, rows] = sum(n * t for n, t in zip(counts, per_shape, strict=True))
+            passes[engine, rows] = sum(
+                n * t for n, t in zip(counts, per_shape[engine], strict=True)
+            )
 
     def timer(engine: str, rows: int) -> float:
         if (engine, rows) not in passes:
