@@ -332,7 +332,7 @@ def test_subword_dropout_draws_a_new_segmentation_every_epoch(tmp_path: Path, re
         trainer.sampler.set_epoch(epoch)
         src, tgt = map(list, trainer._epoch_ids())
         assert tok.decode_src(src) == texts[0] and tok.decode_tgt(tgt) == texts[1]
-        assert list(trainer.sampler.tgt_sizes - 2) == [len(t) for t in tgt]  # the batches follow the draw
+        assert list(trainer.sampler.tgt_lens) == [len(t) for t in tgt]  # the batches follow the draw
         draws.append((src, tgt))
     assert draws[0] == draws[2] != draws[1]
     assert draws[0][1] != list(d.train_tgt) and draws[0][0] != list(d.train_src)

@@ -153,9 +153,10 @@ class TokenBatchSampler:
         """
         if len(src_lens) != len(tgt_lens):
             raise ValueError(f"{len(src_lens)} source lengths but {len(tgt_lens)} target lengths")
-        self.src_sizes = np.asarray(src_lens, dtype=np.int32) + SRC_SPECIALS
-        self.tgt_sizes = np.asarray(tgt_lens, dtype=np.int32) + TGT_SPECIALS
-        too_long = np.flatnonzero(np.maximum(self.src_sizes, self.tgt_sizes) > self.max_tokens)
+        self.src_lens, self.tgt_lens = _lengths(src_lens), _lengths(tgt_lens)  # no copy of arrays
+        src_sizes = self.src_lens.astype(np.int32) + SRC_SPECIALS  # padded lengths, for now
+        tgt_sizes = self.tgt_lens.astype(np.int32) + TGT_SPECIALS
+        too_long = np.flatnonzero(np.maximum(src_sizes, tgt_sizes) > self.max_tokens)
         if too_long.size:
             i = int(too_long[0])
             raise ValueError(
@@ -164,18 +165,16 @@ class TokenBatchSampler:
                 f"({too_long.size} example(s) too long)"
             )
         order = self._sorted_order(None)
-        self.bounds = cut_into_batches(
-            self.src_sizes[order], self.tgt_sizes[order], self.max_tokens
-        )
+        self.bounds = cut_into_batches(src_sizes[order], tgt_sizes[order], self.max_tokens)
 
     def _sorted_order(self, rng: np.random.Generator | None) -> np.ndarray:
-        """(N,) example indices sorted by (target size, source size), ties shuffled if rng."""
-        perm = (
-            rng.permutation(len(self.src_sizes))
-            if rng is not None
-            else np.arange(len(self.src_sizes))
-        )
-        return perm[np.lexsort((self.src_sizes[perm], self.tgt_sizes[perm]))]
+        """(N,) example indices sorted by (target size, source size), ties shuffled if rng;
+        int32 where N allows (half the memory of numpy's int64 indices). Sizes are lengths plus
+        a constant per side: the lengths sort the same."""
+        n = len(self.src_lens)
+        dtype = np.int32 if n <= np.iinfo(np.int32).max else np.int64
+        perm = (rng.permutation(n) if rng is not None else np.arange(n)).astype(dtype, copy=False)
+        return perm[np.lexsort((self.src_lens[perm], self.tgt_lens[perm]))]
 
     def global_batches(self, epoch: int) -> list[np.ndarray]:
         """All batches of `epoch` (arrays of example indices), over all ranks, in the order they
@@ -216,6 +215,16 @@ class TokenBatchSampler:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.position = state["epoch"], state["position"]
+
+
+def _lengths(lengths: Sequence[int]) -> np.ndarray:
+    """The lengths as an integer array: an array as it is (a corpus of millions of pairs keeps
+    no copy), a list in the smallest of uint16 and int32 that holds it."""
+    if isinstance(lengths, np.ndarray) and lengths.dtype.kind in "iu":
+        return lengths
+    array = np.asarray(lengths, dtype=np.int64)
+    longest = int(array.max()) if len(array) else 0
+    return array.astype(np.uint16 if longest <= np.iinfo(np.uint16).max else np.int32)
 
 
 def sorted_batches(

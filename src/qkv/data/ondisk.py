@@ -5,11 +5,10 @@ little-endian: uint16 when every id fits, else int32) and an index of offsets (`
 (N+1,) int64): sequence i is ids[offsets[i]:offsets[i+1]]. A `TextLines` is the same for UTF-8
 text (`NAME.bin` the bytes, each text followed by a newline; `NAME.idx.npy` the byte offsets).
 This is the layout of fairseq's indexed datasets, in numpy's own formats, so nothing is unpickled.
-The index is memory-mapped (every torchrun rank shares its pages); the sequences are read with
-positional reads (`os.pread`) as a batch asks for them, so the operating system's page cache,
-shared by all processes, holds the data, and a process's own memory holds only the lengths and
-what a batch reads (a mapped data file would count in each process's resident memory as it is
-read).
+The index and the sequences are read with positional reads (`os.pread`) as a batch asks for
+them, so the operating system's page cache, shared by all processes, holds them, and a process's
+own memory holds only the lengths and what a batch reads (a mapped file counts in the resident
+memory of each process that reads it, and an epoch reads all of it).
 
 `SequenceWriter` appends sequences chunk by chunk, so that nothing is held whole while writing.
 """
@@ -69,17 +68,66 @@ class SequenceWriter:
         return len(lengths) - 1
 
 
+class _Offsets:
+    """The (N+1,) int64 offsets of an `.idx.npy` file, read from the file as they are asked for:
+    `offsets[i]` an int, `offsets.span(start, stop)` an array."""
+
+    def __init__(self, path: Path) -> None:
+        with open(path, "rb") as f:
+            major, _ = np.lib.format.read_magic(f)
+            if major not in (1, 2):
+                raise ValueError(f"{path}: .npy format version {major}, not 1 or 2")
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if major == 1
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(f)
+            self._start = f.tell()
+        if len(shape) != 1 or fortran or dtype != np.dtype("<i8"):
+            raise ValueError(f"{path}: not a 1-d int64 index ({dtype}, shape {shape})")
+        self._n = shape[0]
+        if path.stat().st_size != self._start + 8 * self._n:
+            raise ValueError(f"{path}: {path.stat().st_size} bytes, too short for {shape}")
+        self._fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def span(self, start: int, stop: int) -> np.ndarray:
+        """offsets[start:stop], read with one read."""
+        raw = os.pread(self._fd, 8 * (stop - start), self._start + 8 * start)
+        return np.frombuffer(raw, dtype="<i8")
+
+    def __getitem__(self, i: int) -> int:
+        i = i + self._n if i < 0 else i
+        if not 0 <= i < self._n:
+            raise IndexError(f"offset {i} of {self._n}")
+        return int(self.span(i, i + 1)[0])
+
+    def lengths(self, block: int = 1 << 20) -> np.ndarray:
+        """(N,) the differences of consecutive offsets, in the smallest of uint16 and int32 that
+        holds them, read a block at a time."""
+        parts = [
+            np.diff(self.span(a, min(a + block + 1, self._n))) for a in range(0, self._n - 1, block)
+        ]
+        longest = max((int(p.max()) for p in parts if p.size), default=0)
+        dtype = np.uint16 if longest <= np.iinfo(np.uint16).max else np.int32
+        return np.concatenate([p.astype(dtype) for p in parts]) if parts else np.zeros(0, dtype)
+
+
 class _Stored:
-    """The mapped index of NAME in `directory` and an open file of its data, checked against
-    each other."""
+    """The index of NAME in `directory` and an open file of its data, checked against each
+    other."""
 
     def __init__(self, directory: Path, name: str, dtype: np.dtype) -> None:
         self.dtype = dtype
-        self.offsets = np.load(directory / f"{name}{INDEX_SUFFIX}", mmap_mode="r")
+        self.offsets = _Offsets(directory / f"{name}{INDEX_SUFFIX}")
         path = directory / f"{name}{DATA_SUFFIX}"
-        expected = int(self.offsets[-1]) * dtype.itemsize
+        expected = self.offsets[-1] * dtype.itemsize
         size = path.stat().st_size
-        if self.offsets.ndim != 1 or size != expected:
+        if size != expected:
             raise ValueError(f"{path}: {size} bytes, but its index says {expected}")
         self._fd = os.open(path, os.O_RDONLY)
         weakref.finalize(self, os.close, self._fd)
@@ -96,7 +144,7 @@ class TokenArray(_Stored, Sequence[list[int]]):
 
     def __init__(self, directory: Path, name: str, dtype: np.dtype | str) -> None:
         super().__init__(directory, name, np.dtype(dtype))
-        self.lengths = np.diff(self.offsets).astype(np.int32)
+        self.lengths = self.offsets.lengths()
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -104,7 +152,10 @@ class TokenArray(_Stored, Sequence[list[int]]):
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+        i = int(i) + len(self) if i < 0 else int(i)
+        if not 0 <= i < len(self):
+            raise IndexError(f"sequence {i} of {len(self)}")
+        start, stop = self.offsets.span(i, i + 2).tolist()
         return np.frombuffer(self.read(start, stop), dtype=self.dtype).tolist()
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -112,7 +163,7 @@ class TokenArray(_Stored, Sequence[list[int]]):
 
     def id_chunks(self, size: int = 1 << 22) -> Iterator[np.ndarray]:
         """All the ids, back to back, `size` at a time."""
-        total = int(self.offsets[-1])
+        total = self.offsets[-1]
         for start in range(0, total, size):
             yield np.frombuffer(self.read(start, min(start + size, total)), dtype=self.dtype)
 
@@ -135,7 +186,7 @@ class TextLines(_Stored, Sequence[str]):
         """Texts start..stop-1, read with one read and one decode."""
         if stop <= start:
             return []
-        raw = self.read(int(self.offsets[start]), int(self.offsets[stop]))
+        raw = self.read(self.offsets[start], self.offsets[stop])
         return raw.decode("utf-8").split("\n")[:-1]
 
     def __iter__(self) -> Iterator[str]:

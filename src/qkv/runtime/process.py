@@ -94,10 +94,16 @@ def keep_freed_memory() -> bool:
     return never_mmap and never_trim
 
 
-def release_freed_memory() -> bool:
+def release_freed_memory(tcmalloc: bool = False) -> bool:
     """Return the pages of freed heap memory to the system (glibc's malloc_trim): the memory kept
-    by `keep_freed_memory` is touched again, page by page, when next used. Returns False where that
-    is not possible (not Linux, not glibc)."""
+    by `keep_freed_memory` is touched again, page by page, when next used. tcmalloc=True: tcmalloc's
+    freed pages too (`MallocExtension_ReleaseFreeMemory`), after a one-off phase whose peak should
+    not stay resident (sorting millions of pairs into batches); not every step, whose memory it
+    reuses. Returns False where that is not possible (not Linux, not glibc)."""
+    if tcmalloc and tcmalloc_loaded():
+        release = getattr(ctypes.CDLL(None), "MallocExtension_ReleaseFreeMemory", None)
+        if release is not None:
+            release()
     trim = getattr(_glibc(), "malloc_trim", None)
     if trim is None:
         return False

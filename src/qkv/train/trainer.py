@@ -265,6 +265,8 @@ class Trainer:
         while self.cfg.max_epochs is None or self.sampler.epoch < self.cfg.max_epochs:
             examples = self._epoch_ids()
             for indices in self.sampler:
+                if self.sampler.position == 1:  # the epoch's order is built: its sort's memory goes
+                    release_freed_memory(tcmalloc=True)
                 key = (TRAIN_KEY, self.sampler.epoch, self.sampler.position, self.env.rank)
                 yield self.task.collate(examples, indices, key).to(self.device)
 
