@@ -1,22 +1,48 @@
 """Reading request bodies: the endpoints read and check their bodies themselves (JSON, or
 LibreTranslate's form fields), so that every error is {"error": "field: message"} with status 400.
-`body_doc` documents such a body in the OpenAPI schema."""
+`body_doc` documents such a body in the OpenAPI schema. The decoding fields of a body are those
+`DecodeOptions` fields whose metadata names it (`with_options`), read back by `given_options`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from fastapi import Request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError, create_model
 
+from ...decode.options import OPTION_TYPES, DecodeOptions
 from .service import HTTPError
+
+_OPTIONS = {f.name: f for f in dataclasses.fields(DecodeOptions)}
 
 
 def body_doc(model: type[BaseModel], *types: str) -> dict[str, Any]:
     """OpenAPI text for a body the handler reads itself (a route's `openapi_extra`)."""
     schema = model.model_json_schema()
     return {"requestBody": {"required": True, "content": {t: {"schema": schema} for t in types}}}
+
+
+def with_options(name: str, body: type[BaseModel], key: str) -> type[BaseModel]:
+    """The request model `name`: `body`'s fields, then each `DecodeOptions` field whose
+    metadata[key] is true (`decode.options.option`), of its type (or None: the server's, unless
+    its metadata gives a request_default), described by its help."""
+    fields: dict[str, Any] = {}
+    for field_name, f in _OPTIONS.items():
+        if f.metadata[key]:
+            kind = OPTION_TYPES[field_name]
+            default = f.metadata["request_default"]
+            given = kind if default is not None else kind | None
+            fields[field_name] = (given, Field(default, description=f.metadata["help"]))
+    return create_model(name, __base__=body, __doc__=body.__doc__, **fields)
+
+
+def given_options(req: BaseModel) -> dict[str, Any]:
+    """The decoding options a request gives (its `DecodeOptions` fields not None), as
+    `DecodeOptions.replace` takes them."""
+    given = {name: getattr(req, name) for name in type(req).model_fields if name in _OPTIONS}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 async def read_fields(request: Request, form: bool = True) -> dict[str, Any]:
@@ -73,4 +99,11 @@ def first_error(errors: Any) -> str:
     return f"{where}: {message}"
 
 
-__all__ = ["body_doc", "first_error", "read_fields", "validate"]
+__all__ = [
+    "body_doc",
+    "first_error",
+    "given_options",
+    "read_fields",
+    "validate",
+    "with_options",
+]

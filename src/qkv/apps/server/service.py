@@ -28,7 +28,7 @@ from fastapi import Request
 
 from ...data.tokenizer import check_unicode
 from ...decode.constrained import Constraints, search_width
-from ...decode.options import DecodeOptions
+from ...decode.options import TOKEN_COUNTS, DecodeOptions
 from ..documents import SPLITS
 from ..glossary import Glossary, check_search
 from ..translator import Translation, Translator
@@ -223,7 +223,7 @@ class Service:
         vocab = model.translator.target_vocab_size
         if o.beam > vocab:
             raise HTTPError(400, f"beam {o.beam} is larger than the target vocabulary ({vocab})")
-        for name in ("max_len_b", "min_len"):
+        for name in TOKEN_COUNTS:  # max_len_b, min_len
             if getattr(o, name) > limits.max_output_tokens:
                 raise HTTPError(
                     400,
