@@ -1,19 +1,21 @@
 """Reading request bodies: the endpoints read and check their bodies themselves (JSON, or
 LibreTranslate's form fields), so that every error is {"error": "field: message"} with status 400.
 `body_doc` documents such a body in the OpenAPI schema. The decoding fields of a body are those
-`DecodeOptions` fields whose metadata names it (`with_options`), read back by `given_options`."""
+`DecodeOptions` fields whose metadata names it (`with_options`), read back by `given_options`.
+An endpoint takes its body, read and its API key checked, as a parameter `fields: JsonFields`
+(a JSON object) or `fields: FormFields` (JSON, form fields or query parameters)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends, Request
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from ...decode.options import OPTION_TYPES, DecodeOptions
-from .service import HTTPError
+from .service import HTTPError, ServiceDep
 
 _OPTIONS = {f.name: f for f in dataclasses.fields(DecodeOptions)}
 
@@ -71,6 +73,24 @@ async def read_fields(request: Request, form: bool = True) -> dict[str, Any]:
     return fields
 
 
+async def _json_fields(request: Request, svc: ServiceDep) -> dict[str, Any]:
+    """The JSON body's fields; 403 unless its api_key (or the Authorization header) is the key."""
+    fields = await read_fields(request, form=False)
+    svc.check_key(request, fields.get("api_key"))
+    return fields
+
+
+async def _form_fields(request: Request, svc: ServiceDep) -> dict[str, Any]:
+    """The fields of a JSON or form body (`read_fields`); 403 as `_json_fields`."""
+    fields = await read_fields(request, form=True)
+    svc.check_key(request, fields.get("api_key"))
+    return fields
+
+
+JsonFields = Annotated[dict[str, Any], Depends(_json_fields)]
+FormFields = Annotated[dict[str, Any], Depends(_form_fields)]
+
+
 def validate(model: type[BaseModel], fields: dict[str, Any], libre: bool = False) -> Any:
     """The fields as a `model`; 400 naming the first field in error (libre: a missing one in
     LibreTranslate's words)."""
@@ -100,6 +120,8 @@ def first_error(errors: Any) -> str:
 
 
 __all__ = [
+    "FormFields",
+    "JsonFields",
     "body_doc",
     "first_error",
     "given_options",

@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,8 +30,8 @@ from ....decode.beam import BeamStep
 from ....decode.options import DecodeOptions, option_names
 from ...trace import traced_search
 from ...translator import Translator
-from ..bodies import body_doc, given_options, read_fields, validate, with_options
-from ..service import HTTPError, Service, service
+from ..bodies import JsonFields, body_doc, given_options, validate, with_options
+from ..service import HTTPError, ServiceDep
 from .page import STATIC
 
 router = APIRouter(tags=["qkv"])
@@ -61,10 +61,8 @@ async def explain_page() -> FileResponse:
 
 
 @router.post("/v1/explain", openapi_extra=body_doc(ExplainRequest, "application/json"))
-async def explain(request: Request, svc: Annotated[Service, Depends(service)]) -> JSONResponse:
+async def explain(request: Request, svc: ServiceDep, fields: JsonFields) -> JSONResponse:
     """One sentence's beam search step by step and all its attention maps (see the module)."""
-    fields = await read_fields(request, form=False)
-    svc.check_key(request, fields.get("api_key"))
     req = validate(ExplainRequest, fields)
     model = svc.resolve(req.source, req.target)
     text = req.text.strip()

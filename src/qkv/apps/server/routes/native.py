@@ -17,9 +17,9 @@ where the source has them (`apps.glossary`): the translation contains the target
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,9 +27,9 @@ from ....decode.options import DecodeOptions
 from ...documents import split_sentences
 from ...glossary import Glossary
 from ...translator import Translation
-from ..bodies import body_doc, given_options, read_fields, validate, with_options
+from ..bodies import JsonFields, body_doc, given_options, validate, with_options
 from ..sentences import hypothesis, hypothesis_score, split, translate_pieces
-from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, service
+from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, ServiceDep
 
 router = APIRouter(tags=["qkv"])
 
@@ -90,12 +90,10 @@ class NativeResponse(BaseModel):
     openapi_extra=body_doc(NativeRequest, "application/json"),
     responses={200: {"model": NativeResponse}},
 )
-async def native(request: Request, svc: Annotated[Service, Depends(service)]) -> JSONResponse:
+async def native(request: Request, svc: ServiceDep, fields: JsonFields) -> JSONResponse:
     """Translate sentences with these decoding options; on request, each sentence's
     cross-attention (best hypothesis, last layer, averaged over heads) with its subword
     tokens, and its hard word alignment. The numbers are `Translator.translate_detailed`'s."""
-    fields = await read_fields(request, form=False)
-    svc.check_key(request, fields.get("api_key"))
     req = validate(NativeRequest, fields)
     model = svc.resolve(req.source, req.target)
     texts = [req.text] if isinstance(req.text, str) else req.text
@@ -162,7 +160,7 @@ async def _documents(
 
 
 @router.get("/v1/info")
-async def info(svc: Annotated[Service, Depends(service)]) -> dict[str, Any]:
+async def info(svc: ServiceDep) -> dict[str, Any]:
     """The pairs served, the decoding defaults, the limits, whether a key is needed."""
     limits = svc.limits
     return {
