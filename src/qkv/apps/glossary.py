@@ -149,7 +149,7 @@ def _pattern(term: str) -> re.Pattern[str]:
 def check_search(options: DecodeOptions) -> None:
     """A glossary's terms need beam search: a ValueError unless `options` has a beam of 2 or more
     and no sampling."""
-    if options.sampling or options.beam < 2:
+    if not options.beam_search or options.beam < 2:
         raise ValueError(
             "a glossary needs beam search with a beam of 2 or more (no sampling): --beam 2+"
         )

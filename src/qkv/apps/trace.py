@@ -40,7 +40,7 @@ def traced_search(
 ) -> tuple[list[BeamStep], list[Hypothesis], list[int]]:
     """The beam search that translates `text`, traced: its steps, its `options.beam` best
     hypotheses (best first) and the source ids it read."""
-    if options.sampling:
+    if not options.beam_search:
         raise ValueError("the trace shows greedy and beam search; sampling draws: leave it out")
     [ids] = translator.encode([text])
     tok = translator.tokenizer

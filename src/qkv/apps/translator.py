@@ -270,7 +270,7 @@ class Translator:
             name = type(options).__name__
             raise TypeError(f"options must be a DecodeOptions, got {name}")
         vocab = self.target_vocab_size
-        if not options.sampling and options.beam > vocab:
+        if options.beam_search and options.beam > vocab:
             raise ValueError(
                 f"beam {options.beam} is larger than the model's target vocabulary of {vocab} "
                 f"tokens; use a beam of at most {vocab}"

@@ -222,7 +222,7 @@ def run(
     o = options
     common = {"max_len": max_len, "min_len": o.min_len, "alpha": o.alpha, "use_cache": use_cache}
     if constraints is not None and any(constraints):
-        if o.sampling:
+        if not o.beam_search:
             raise ValueError("constraints need beam search, not sampling")
         return search_with_constraints(
             model,

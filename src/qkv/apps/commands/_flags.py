@@ -6,10 +6,11 @@
     decode_options(args)                        the `DecodeOptions` of the parsed arguments
     runtime_options(args)                       the `RuntimeOptions` of the parsed arguments
 
-A decoding flag is a `DecodeOptions` field: `--NAME` ("_" written "-"; `--sample`, a switch, for
-`sampling`), of the field's type, with the field's default (or the command's, as `qkv generate`'s
-GENERATE) and the field's metadata["help"]. `qkv translate` takes every field (ALL); the other
-commands take the groups that apply to them (SEARCH, SAMPLING). How the model loads and runs
+A decoding flag is a `DecodeOptions` field: `--NAME` ("_" written "-"; or its metadata["flag"],
+as `--sample`, a switch, for `sampling`), of the field's type, with the field's default (or the
+command's, as `qkv generate`'s GENERATE) and the field's metadata["help"]. `qkv translate` takes
+every field (ALL); the other commands take the groups that apply to them (SEARCH, SAMPLING: the
+fields of that metadata["group"]). How the model loads and runs
 (TRANSLATOR_FLAGS, --workers, `qkv serve`'s --threads) is one `RuntimeOptions`, each of its fields
 a flag of the same name.
 """
@@ -18,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import typing
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from ...decode.options import DecodeOptions
+from ...decode.options import OPTION_TYPES, DecodeOptions, option_names
 from ...runtime.options import RuntimeOptions
 from ...runtime.precision import PRECISIONS
 from ...runtime.process import restart_with_tcmalloc
@@ -32,17 +32,15 @@ from ...runtime.quantize import QUANTIZATIONS
 from ..glossary import Glossary
 
 _FIELDS = {f.name: f for f in dataclasses.fields(DecodeOptions)}
-_TYPES = typing.get_type_hints(DecodeOptions)
 ALL = tuple(_FIELDS)
-SEARCH = ("beam", "alpha", "max_len_a", "max_len_b", "min_len")  # beam search and its limits
-SAMPLING = ("sampling", "temperature", "top_k", "top_p", "seed")
-FLAG_NAMES = {"sampling": "--sample"}  # a field whose flag is not --NAME
+SEARCH = option_names("group", "search")  # beam search and its limits
+SAMPLING = option_names("group", "sampling")
 DEFAULT_HELP = "{help} (default: %(default)s)"  # the help of a decoding flag that takes a value
 
 
 def decoding_flag(name: str) -> str:
     """The flag of the `DecodeOptions` field `name`: `--max-len-b` of max_len_b."""
-    return FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+    return _FIELDS[name].metadata["flag"] or "--" + name.replace("_", "-")
 
 
 def add_decoding_arguments(
@@ -59,7 +57,7 @@ def add_decoding_arguments(
     for name in names:
         text = (helps or {}).get(name, _FIELDS[name].metadata["help"])
         default = getattr(defaults, name)
-        if _TYPES[name] is bool:
+        if OPTION_TYPES[name] is bool:
             parser.add_argument(
                 decoding_flag(name), dest=name, action="store_true", default=default, help=text
             )
@@ -67,7 +65,7 @@ def add_decoding_arguments(
             parser.add_argument(
                 decoding_flag(name),
                 dest=name,
-                type=_TYPES[name],
+                type=OPTION_TYPES[name],
                 default=default,
                 help=template.format(help=text),
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ...decode.options import option_names
 from ..documents import SPLITS
 from ..server.limits import Limits
 from ._flags import (
@@ -28,7 +29,7 @@ DESCRIPTION = (
     "flight, then stops."
 )
 # the decoding options a request may leave unset: the server's flags for them
-DECODING = ("beam", "alpha", "max_len_a", "max_len_b")
+DECODING = option_names("serve")
 DECODING_HELP = "{help} (a request's default: %(default)s)"
 LIMITS = {  # the integer `Limits` of `qkv serve`, each an option of the same name
     "max_body_bytes": "request body size",

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     whole = args.split == "sentences" or args.format == "html" or args.trace
     if whole and (args.alignment or options.nbest > 1):
         raise ValueError("--alignment and --nbest take one sentence per line: use --split lines")
-    if args.trace and (args.split != "lines" or args.format != "text" or options.sampling):
+    if args.trace and (args.split != "lines" or args.format != "text" or not options.beam_search):
         raise ValueError("--trace shows the search of each line: no --split, --format or --sample")
     if args.trace and args.glossary:
         raise ValueError("--trace shows beam search without a glossary: leave out --glossary")

@@ -17,7 +17,7 @@ Each API is an `APIRouter` of its own: routes/libretranslate.py (/translate, /la
 /frontend/settings), routes/native.py (/v1/translate, /v1/info), routes/ops.py (/health,
 /metrics), routes/page.py (/, /static, /docs, /docs-assets). What the endpoints share (the models,
 limits, decoding defaults, API key, decoding lanes and metrics) is one `Service` (service.py) on
-`app.state.service`, which an endpoint gets with `Depends(service)`; bodies.py reads request
+`app.state.service`, which an endpoint gets as `svc: ServiceDep`; bodies.py reads request
 bodies, guard.py is the middleware. This module assembles them.
 
 Every error is {"error": "..."} with LibreTranslate's status codes: 400 a bad request (naming the

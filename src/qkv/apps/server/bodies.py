@@ -1,22 +1,50 @@
 """Reading request bodies: the endpoints read and check their bodies themselves (JSON, or
 LibreTranslate's form fields), so that every error is {"error": "field: message"} with status 400.
-`body_doc` documents such a body in the OpenAPI schema."""
+`body_doc` documents such a body in the OpenAPI schema. The decoding fields of a body are those
+`DecodeOptions` fields whose metadata names it (`with_options`), read back by `given_options`.
+An endpoint takes its body, read and its API key checked, as a parameter `fields: JsonFields`
+(a JSON object) or `fields: FormFields` (JSON, form fields or query parameters)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
-from pydantic import BaseModel, ValidationError
+from fastapi import Depends, Request
+from pydantic import BaseModel, Field, ValidationError, create_model
 
-from .service import HTTPError
+from ...decode.options import OPTION_TYPES, DecodeOptions
+from .service import HTTPError, ServiceDep
+
+_OPTIONS = {f.name: f for f in dataclasses.fields(DecodeOptions)}
 
 
 def body_doc(model: type[BaseModel], *types: str) -> dict[str, Any]:
     """OpenAPI text for a body the handler reads itself (a route's `openapi_extra`)."""
     schema = model.model_json_schema()
     return {"requestBody": {"required": True, "content": {t: {"schema": schema} for t in types}}}
+
+
+def with_options(name: str, body: type[BaseModel], key: str) -> type[BaseModel]:
+    """The request model `name`: `body`'s fields, then each `DecodeOptions` field whose
+    metadata[key] is true (`decode.options.option`), of its type (or None: the server's, unless
+    its metadata gives a request_default), described by its help."""
+    fields: dict[str, Any] = {}
+    for field_name, f in _OPTIONS.items():
+        if f.metadata[key]:
+            kind = OPTION_TYPES[field_name]
+            default = f.metadata["request_default"]
+            given = kind if default is not None else kind | None
+            fields[field_name] = (given, Field(default, description=f.metadata["help"]))
+    return create_model(name, __base__=body, __doc__=body.__doc__, **fields)
+
+
+def given_options(req: BaseModel) -> dict[str, Any]:
+    """The decoding options a request gives (its `DecodeOptions` fields not None), as
+    `DecodeOptions.replace` takes them."""
+    given = {name: getattr(req, name) for name in type(req).model_fields if name in _OPTIONS}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 async def read_fields(request: Request, form: bool = True) -> dict[str, Any]:
@@ -43,6 +71,24 @@ async def read_fields(request: Request, form: bool = True) -> dict[str, Any]:
     if not isinstance(fields, dict):
         raise HTTPError(400, f"the body must be a JSON object, got {type(fields).__name__}")
     return fields
+
+
+async def _json_fields(request: Request, svc: ServiceDep) -> dict[str, Any]:
+    """The JSON body's fields; 403 unless its api_key (or the Authorization header) is the key."""
+    fields = await read_fields(request, form=False)
+    svc.check_key(request, fields.get("api_key"))
+    return fields
+
+
+async def _form_fields(request: Request, svc: ServiceDep) -> dict[str, Any]:
+    """The fields of a JSON or form body (`read_fields`); 403 as `_json_fields`."""
+    fields = await read_fields(request, form=True)
+    svc.check_key(request, fields.get("api_key"))
+    return fields
+
+
+JsonFields = Annotated[dict[str, Any], Depends(_json_fields)]
+FormFields = Annotated[dict[str, Any], Depends(_form_fields)]
 
 
 def validate(model: type[BaseModel], fields: dict[str, Any], libre: bool = False) -> Any:
@@ -73,4 +119,13 @@ def first_error(errors: Any) -> str:
     return f"{where}: {message}"
 
 
-__all__ = ["body_doc", "first_error", "read_fields", "validate"]
+__all__ = [
+    "FormFields",
+    "JsonFields",
+    "body_doc",
+    "first_error",
+    "given_options",
+    "read_fields",
+    "validate",
+    "with_options",
+]

@@ -2,8 +2,8 @@
 the two decoding lanes and the metrics, in one `Service` on `app.state.service`.
 
     @router.post("/v1/example")
-    async def example(request: Request, svc: Annotated[Service, Depends(service)]) -> ...:
-        svc.check_key(request, given)                      # 403 unless the key matches
+    async def example(request: Request, svc: ServiceDep, fields: JsonFields) -> ...:
+        # ServiceDep: this Service; JsonFields (bodies.py): the body, 403 unless the key matches
         model = svc.resolve(source, target)                # 400 unless the pair is served
         svc.check_size(texts)                              # 400 / 413: unicode, sentences, chars
         job = svc.check_options(model, o, texts)           # 400 / 413: beam, lengths, total work
@@ -22,13 +22,13 @@ import asyncio
 import hmac
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from ...data.tokenizer import check_unicode
 from ...decode.constrained import Constraints, search_width
-from ...decode.options import DecodeOptions
+from ...decode.options import TOKEN_COUNTS, DecodeOptions
 from ..documents import SPLITS
 from ..glossary import Glossary, check_search
 from ..translator import Translation, Translator
@@ -223,7 +223,7 @@ class Service:
         vocab = model.translator.target_vocab_size
         if o.beam > vocab:
             raise HTTPError(400, f"beam {o.beam} is larger than the target vocabulary ({vocab})")
-        for name in ("max_len_b", "min_len"):
+        for name in TOKEN_COUNTS:  # max_len_b, min_len
             if getattr(o, name) > limits.max_output_tokens:
                 raise HTTPError(
                     400,
@@ -299,8 +299,11 @@ class Service:
 
 
 async def service(request: Request) -> Service:
-    """The application's `Service`, for endpoints: `svc: Annotated[Service, Depends(service)]`."""
+    """The application's `Service`, for endpoints: `svc: ServiceDep`."""
     return request.app.state.service
+
+
+ServiceDep = Annotated[Service, Depends(service)]  # an endpoint's parameter: the app's Service
 
 
 async def _answer(request: Request, future: Future[list[Translation]], timeout: float) -> Any:

@@ -7,5 +7,6 @@
     page.py             GET / (the page), GET /docs; the files under /static and /docs-assets
 
 An endpoint gets what it shares with the others (models, limits, decoding defaults, the API key
-check, the decoding lanes, the metrics) as `svc: Annotated[Service, Depends(service)]`.
+check, the decoding lanes, the metrics) as `svc: ServiceDep`, and its body, read and its API key
+checked, as `fields: JsonFields` (or `FormFields`, bodies.py).
 """

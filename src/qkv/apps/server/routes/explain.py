@@ -20,18 +20,18 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ....decode.beam import BeamStep
-from ....decode.options import DecodeOptions
+from ....decode.options import DecodeOptions, option_names
 from ...trace import traced_search
 from ...translator import Translator
-from ..bodies import body_doc, read_fields, validate
-from ..service import HTTPError, Service, service
+from ..bodies import JsonFields, body_doc, given_options, validate, with_options
+from ..service import HTTPError, ServiceDep
 from .page import STATIC
 
 router = APIRouter(tags=["qkv"])
@@ -41,16 +41,18 @@ DIGITS = 3  # the floats of the answer
 _ONE_AT_A_TIME = threading.Lock()  # explanations are for a person looking: one decodes at once
 
 
-class ExplainRequest(BaseModel):
+class _ExplainBody(BaseModel):
     """One sentence to explain; unset options take the server's."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
     text: str = Field(description="one sentence")
     source: str | None = Field(None, description="source language (optional with one pair)")
     target: str | None = Field(None, description="target language (optional with one pair)")
-    beam: int | None = Field(None, description="beam size (<= the server's --max-beam)")
-    alpha: float | None = Field(None, description="length penalty ((5 + len) / 6) ** alpha")
     api_key: str | None = None
+
+
+# and the decoding options of metadata "explain" (`decode.options.option`): beam, alpha
+ExplainRequest = with_options("ExplainRequest", _ExplainBody, "explain")
 
 
 @router.get("/explain", include_in_schema=False)
@@ -59,23 +61,19 @@ async def explain_page() -> FileResponse:
 
 
 @router.post("/v1/explain", openapi_extra=body_doc(ExplainRequest, "application/json"))
-async def explain(request: Request, svc: Annotated[Service, Depends(service)]) -> JSONResponse:
+async def explain(request: Request, svc: ServiceDep, fields: JsonFields) -> JSONResponse:
     """One sentence's beam search step by step and all its attention maps (see the module)."""
-    fields = await read_fields(request, form=False)
-    svc.check_key(request, fields.get("api_key"))
     req = validate(ExplainRequest, fields)
     model = svc.resolve(req.source, req.target)
     text = req.text.strip()
     if not text:
         raise HTTPError(400, "give a sentence to explain")
     svc.check_size([text])
-    changes = {n: getattr(req, n) for n in ("beam", "alpha") if getattr(req, n) is not None}
-    try:
-        o = svc.options.replace(nbest=1, **changes)
+    searched = {name: getattr(svc.options, name) for name in option_names("group", "search")}
+    try:  # one beam search: the server's search fields, the request's changes; nbest 1
+        o = DecodeOptions(**searched).replace(**given_options(req))
     except ValueError as e:
         raise HTTPError(400, str(e)) from None
-    if o.sampling:
-        o = o.replace(sampling=False)
     [ids] = model.translator.encode([text])
     if len(ids) > MAX_SOURCE_TOKENS:
         message = f"the sentence has {len(ids)} tokens; /v1/explain takes {MAX_SOURCE_TOKENS}"

@@ -18,18 +18,18 @@ picks the one language served into the target; qkv detects no languages, so ther
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 
-from ..bodies import body_doc, read_fields, validate
+from ..bodies import FormFields, body_doc, validate
 from ..files import SUFFIXES, content_disposition
 from ..sentences import hypothesis, split, translate_pieces
-from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, service
+from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, ServiceDep
 
 router = APIRouter(tags=["LibreTranslate"])
 
@@ -51,14 +51,10 @@ class LibreTranslateRequest(BaseModel):
         LibreTranslateRequest, "application/json", "application/x-www-form-urlencoded"
     ),
 )
-async def libretranslate(
-    request: Request, svc: Annotated[Service, Depends(service)]
-) -> JSONResponse:
+async def libretranslate(request: Request, svc: ServiceDep, fields: FormFields) -> JSONResponse:
     """Translate `q` (a string, or a list of strings) as LibreTranslate does: JSON or form
     body; each text cut into sentences and joined again; `alternatives` asks for the next best
     translations."""
-    fields = await read_fields(request)
-    svc.check_key(request, fields.get("api_key"))
     req = validate(LibreTranslateRequest, fields, libre=True)
     model = svc.resolve(req.source, req.target)
     items = [req.q] if isinstance(req.q, str) else req.q
@@ -98,9 +94,7 @@ async def _translate_texts(
 
 
 @router.post("/translate_file")
-async def translate_file(
-    request: Request, svc: Annotated[Service, Depends(service)]
-) -> JSONResponse:
+async def translate_file(request: Request, svc: ServiceDep) -> JSONResponse:
     """Translate an uploaded .txt or .html file (multipart fields `file`, `source`, `target`,
     `api_key`) as /translate translates text or HTML; the answer names where to download the
     translation (`translatedFileUrl`), kept for 10 minutes."""
@@ -133,7 +127,7 @@ async def translate_file(
 
 
 @router.get("/download_file/{name}")
-async def download_file(name: str, svc: Annotated[Service, Depends(service)]) -> Response:
+async def download_file(name: str, svc: ServiceDep) -> Response:
     """A file /translate_file translated, while it is kept."""
     data = svc.files.get(name)
     if data is None:
@@ -153,7 +147,7 @@ def _client(request: Request) -> str:
 
 
 @router.get("/languages")
-async def languages(svc: Annotated[Service, Depends(service)]) -> list[dict[str, Any]]:
+async def languages(svc: ServiceDep) -> list[dict[str, Any]]:
     """The source languages, each with the targets it is served into."""
     sources: dict[str, list[str]] = {}
     for m in svc.served.values():
@@ -165,7 +159,7 @@ async def languages(svc: Annotated[Service, Depends(service)]) -> list[dict[str,
 
 
 @router.get("/frontend/settings", include_in_schema=False)
-async def frontend_settings(svc: Annotated[Service, Depends(service)]) -> dict[str, Any]:
+async def frontend_settings(svc: ServiceDep) -> dict[str, Any]:
     first = next(iter(svc.served.values()))
     return {
         "charLimit": svc.limits.max_chars,

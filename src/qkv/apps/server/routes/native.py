@@ -17,9 +17,9 @@ where the source has them (`apps.glossary`): the translation contains the target
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,26 +27,20 @@ from ....decode.options import DecodeOptions
 from ...documents import split_sentences
 from ...glossary import Glossary
 from ...translator import Translation
-from ..bodies import body_doc, read_fields, validate
+from ..bodies import JsonFields, body_doc, given_options, validate, with_options
 from ..sentences import hypothesis, hypothesis_score, split, translate_pieces
-from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, service
+from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, ServiceDep
 
 router = APIRouter(tags=["qkv"])
 
 
-class NativeRequest(BaseModel):
+class _NativeBody(BaseModel):
     """qkv's /v1/translate: each text is one sentence; unset options take the server's."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
     text: str | list[str] = Field(description="a sentence or a list of sentences")
     source: str | None = Field(None, description="source language (optional with one pair)")
     target: str | None = Field(None, description="target language (optional with one pair)")
-    beam: int | None = Field(None, description="beam size; 1 is greedy decoding")
-    alpha: float | None = Field(None, description="length penalty ((5 + len) / 6) ** alpha")
-    nbest: int = Field(1, description="hypotheses returned per sentence (<= beam)")
-    max_len_a: float | None = None
-    max_len_b: int | None = None
-    min_len: int | None = None
     attention: bool = Field(False, description="return the cross-attention and the tokens")
     alignment: bool = Field(False, description="return the hard word alignment")
     split: Literal["none", "sentences"] = Field(
@@ -59,6 +53,10 @@ class NativeRequest(BaseModel):
         None, description="source term -> target term: used where the source has the term"
     )
     api_key: str | None = None
+
+
+# and the decoding options of metadata "native" (`decode.options.option`): beam, alpha, nbest, ...
+NativeRequest = with_options("NativeRequest", _NativeBody, "native")
 
 
 class Hypothesis(BaseModel):
@@ -92,12 +90,10 @@ class NativeResponse(BaseModel):
     openapi_extra=body_doc(NativeRequest, "application/json"),
     responses={200: {"model": NativeResponse}},
 )
-async def native(request: Request, svc: Annotated[Service, Depends(service)]) -> JSONResponse:
+async def native(request: Request, svc: ServiceDep, fields: JsonFields) -> JSONResponse:
     """Translate sentences with these decoding options; on request, each sentence's
     cross-attention (best hypothesis, last layer, averaged over heads) with its subword
     tokens, and its hard word alignment. The numbers are `Translator.translate_detailed`'s."""
-    fields = await read_fields(request, form=False)
-    svc.check_key(request, fields.get("api_key"))
     req = validate(NativeRequest, fields)
     model = svc.resolve(req.source, req.target)
     texts = [req.text] if isinstance(req.text, str) else req.text
@@ -124,7 +120,7 @@ async def native(request: Request, svc: Annotated[Service, Depends(service)]) ->
     return JSONResponse(answer)
 
 
-def _options(svc: Service, req: NativeRequest) -> tuple[DecodeOptions, Glossary | None]:
+def _options(svc: Service, req: Any) -> tuple[DecodeOptions, Glossary | None]:
     """The request's decoding options (the server's where unset) and glossary; 400 naming the
     option in error, or what `format: html` cannot take."""
     if req.format == "html" and (req.attention or req.alignment or req.split != "none"):
@@ -133,13 +129,8 @@ def _options(svc: Service, req: NativeRequest) -> tuple[DecodeOptions, Glossary 
             "format html: each document is cut into its sentences and answered whole, so "
             "attention, alignment and split are not taken with it",
         )
-    changes = {
-        name: getattr(req, name)
-        for name in ("beam", "alpha", "max_len_a", "max_len_b", "min_len")
-        if getattr(req, name) is not None
-    }
     try:
-        o = svc.options.replace(nbest=req.nbest, **changes)
+        o = svc.options.replace(**given_options(req))
         terms = None if req.glossary is None else Glossary.from_pairs(req.glossary.items())
     except ValueError as e:
         raise HTTPError(400, str(e)) from None
@@ -169,7 +160,7 @@ async def _documents(
 
 
 @router.get("/v1/info")
-async def info(svc: Annotated[Service, Depends(service)]) -> dict[str, Any]:
+async def info(svc: ServiceDep) -> dict[str, Any]:
     """The pairs served, the decoding defaults, the limits, whether a key is needed."""
     limits = svc.limits
     return {

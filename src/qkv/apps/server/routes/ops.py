@@ -3,21 +3,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..service import Service, service
+from ..service import ServiceDep
 
 router = APIRouter(tags=["qkv"])
 
 
 @router.get("/health")
-async def health(svc: Annotated[Service, Depends(service)]) -> dict[str, Any]:
+async def health(svc: ServiceDep) -> dict[str, Any]:
     return {"status": "ok", "pairs": list(svc.served), "queue": svc.queue}
 
 
 @router.get("/metrics")
-async def prometheus(svc: Annotated[Service, Depends(service)]) -> Response:
+async def prometheus(svc: ServiceDep) -> Response:
     return Response(generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST)
