@@ -102,17 +102,22 @@ class SteppingIn(Translator):
         return super().translate_batch(ids, options, abandoned=abandoned, **kwargs)
 
 
-def stepping_in(model_dir: Path, large: DecodeOptions, arrivals: list[Job]) -> SteppingIn:
+def stepping_in(
+    model_dir: Path, large: DecodeOptions, arrivals: list[Job], requests: int = 1
+) -> SteppingIn:
+    """Decode `requests` large requests in one round (one batch) while `arrivals` come."""
     plain = Translator.load(model_dir)
     t = SteppingIn(plain.model, plain.tokenizer)
     t.steps, t.answered, t.at, t.arrivals = [], [], 10, arrivals
     t.batcher = Batcher({"en-zh": t})
-    job = Job("en-zh", [EN[0]], large)
-    t.batcher.submit(job)
+    jobs = [Job("en-zh", [EN[0]], large) for _ in range(requests)]
+    for job in jobs:
+        t.batcher.submit(job)
     t.batcher.start()
-    got = job.future.result(timeout=120)
+    got = [job.future.result(timeout=120) for job in jobs]
     t.batcher.stop(timeout=120)
-    assert [r.text for r in got] == Translator(plain.model, plain.tokenizer).translate([EN[0]], large)
+    alone = Translator(plain.model, plain.tokenizer).translate([EN[0]], large)
+    assert all([r.text for r in g] == alone for g in got)
     return t
 
 
@@ -129,7 +134,7 @@ def test_a_small_request_steps_in_between_the_steps_of_a_large_one(model_dir: Pa
 def test_a_request_as_large_waits_for_the_round_and_is_batched_after_it(model_dir: Path) -> None:
     large = DecodeOptions(beam=4, min_len=120, max_len_b=120)
     similar = Job("en-zh", [EN[1]], large.replace(min_len=100))  # 4 x 120 as well
-    t = stepping_in(model_dir, large, [similar])
+    t = stepping_in(model_dir, large, [similar], requests=4)  # a round of 4 such requests
     assert t.answered == [len(t.steps)]  # after the large one's last step
 
 

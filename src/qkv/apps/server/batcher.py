@@ -18,8 +18,8 @@ independently, so the translations a request gets do not depend on what else was
 Within what it gathered, the cheapest group (beam × output length limit of its sentences) is
 decoded first, so that a short request does not wait behind a long one that came with it. Requests
 that arrive while a round decodes step in between its decoding steps when they are small beside
-it (at most a quarter of its work, `DecodeOptions.work`): they are decoded at once, as a round of
-their own, and the round goes on where it stopped. So an ordinary request waits for one step of a
+it (at most a quarter of the work of its largest request, `DecodeOptions.work`): they are decoded
+at once, as a round of their own, and the round goes on where it stopped. So an ordinary request waits for one step of a
 large one, not for all of it; while the large round has work left, the small ones that step in
 take at most half the time (a flood of small requests slows a large one by half, never stops
 it). Similar requests do not step into each other's rounds: they wait and are batched together,
@@ -164,7 +164,7 @@ class Batcher:
             if not jobs:
                 return
             self._running = jobs
-            self._round = _Round(sum(map(_work, jobs)))
+            self._round = _Round(max(map(_work, jobs)))
             try:
                 self._decode_safely(jobs)
             finally:
@@ -308,8 +308,8 @@ class _Group:
 
 
 class _Round:
-    """The work (decode tokens) of the round being decoded, and the time that the rounds
-    stepping in between its steps took."""
+    """The work (decode tokens) of the largest request of the round being decoded, and the time
+    that the rounds stepping in between its steps took."""
 
     def __init__(self, work: int) -> None:
         self.work = work
