@@ -16,14 +16,14 @@ independently, so the translations a request gets do not depend on what else was
 (scores agree to float32 rounding: batched matrix products round differently for other shapes).
 
 Within what it gathered, the cheapest group (beam × output length limit of its sentences) is
-decoded first, so that a short request does not wait behind a long one that came with it. Requests
-that arrive while a round decodes step in between its decoding steps when they are small beside
-it (at most a quarter of the work of its largest request, `DecodeOptions.work`): they are decoded
-at once, as a round of their own, and the round goes on where it stopped. So an ordinary request waits for one step of a
-large one, not for all of it; while the large round has work left, the small ones that step in
-take at most half the time (a flood of small requests slows a large one by half, never stops
-it). Similar requests do not step into each other's rounds: they wait and are batched together,
-as without stepping in. A request
+decoded first, so that a short request does not wait behind a long one that came with it.
+Requests that arrive while a round decodes step in between its decoding steps when they are small
+beside it (at most a quarter of the work of its largest request, `DecodeOptions.work`): they are
+decoded at once, as a round of their own, and the round goes on where it stopped. So an ordinary
+request waits for one step of a large one, not for all of it. While the large round has work
+left, the rounds that step in take at most half the time (a flood of small requests slows a large
+one by half, never stops it). Requests as large as the round's wait and are batched together, as
+without stepping in. A request
 whose caller gave up (`future.cancel()`: past its deadline, or its client went away) is dropped at
 the next decoding step, and its batches not yet decoded are skipped; the other sentences of its
 batch go on. The queue is bounded: `submit` raises QueueFull when `max_queue` requests wait.
@@ -115,6 +115,7 @@ class Batcher:
         self._queue: deque[Job] = deque()
         self._running: list[Job] = []  # the jobs being decoded
         self._round = _Round(0)  # the work being decoded, and the rounds stepping into it
+        self._submitted = 0  # jobs ever queued (a round looks at the queue when it changed)
         self._cv = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="qkv-decoder", daemon=True)
@@ -154,6 +155,7 @@ class Batcher:
             if len(self._queue) >= self.max_queue:
                 raise QueueFull(f"{len(self._queue)} requests are waiting (--max-queue)")
             self._queue.append(job)
+            self._submitted += 1
             self._cv.notify()
         return job.future
 
@@ -164,7 +166,7 @@ class Batcher:
             if not jobs:
                 return
             self._running = jobs
-            self._round = _Round(max(map(_work, jobs)))
+            self._round = _Round(max(map(_work, jobs)), seen=self._submitted)
             try:
                 self._decode_safely(jobs)
             finally:
@@ -182,9 +184,10 @@ class Batcher:
         """Between two decoding steps of the running round: decode first the waiting jobs that
         are small beside it, while they have had at most half the round's time."""
         r = self._round
-        if r.inside or not self._queue or not self.batching or not r.may_step_in():
-            return
+        if r.inside or r.seen == self._submitted or not self.batching or not r.may_step_in():
+            return  # asked at each row of each step: nothing new queued is the common answer
         with self._cv:
+            r.seen = self._submitted
             small = [job for job in self._queue if 4 * _work(job) <= r.work]
             for job in small:
                 self._queue.remove(job)
@@ -311,8 +314,9 @@ class _Round:
     """The work (decode tokens) of the largest request of the round being decoded, and the time
     that the rounds stepping in between its steps took."""
 
-    def __init__(self, work: int) -> None:
+    def __init__(self, work: int, seen: int = 0) -> None:
         self.work = work
+        self.seen = seen  # the batcher's count of queued jobs when it last looked
         self.start = time.perf_counter()
         self.stepped_in = 0.0  # seconds
         self.inside = False  # a round is stepping in now (they do not nest)
