@@ -122,7 +122,7 @@ def stepping_in(
 
 
 def test_a_small_request_steps_in_between_the_steps_of_a_large_one(model_dir: Path) -> None:
-    large = DecodeOptions(beam=4, min_len=120, max_len_b=120)  # 4 x 120: 480 decode tokens
+    large = DecodeOptions(beam=4, min_len=300, max_len_b=300)  # 4 x 300: 1,200 decode tokens
     small = Job("en-zh", [EN[1]], SHORT)  # 2 x 6: 12, under a quarter of the large one
     t = stepping_in(model_dir, large, [small])
     # answered before the large batch's next step, and the large one went on after it
@@ -132,8 +132,8 @@ def test_a_small_request_steps_in_between_the_steps_of_a_large_one(model_dir: Pa
 
 
 def test_a_request_as_large_waits_for_the_round_and_is_batched_after_it(model_dir: Path) -> None:
-    large = DecodeOptions(beam=4, min_len=120, max_len_b=120)
-    similar = Job("en-zh", [EN[1]], large.replace(min_len=100))  # 4 x 120 as well
+    large = DecodeOptions(beam=4, min_len=300, max_len_b=300)
+    similar = Job("en-zh", [EN[1]], large.replace(min_len=250))  # 4 x 300 as well
     t = stepping_in(model_dir, large, [similar], requests=4)  # a round of 4 such requests
     assert t.answered == [len(t.steps)]  # after the large one's last step
 

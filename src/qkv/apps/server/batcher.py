@@ -18,7 +18,8 @@ independently, so the translations a request gets do not depend on what else was
 Within what it gathered, the cheapest group (beam × output length limit of its sentences) is
 decoded first, so that a short request does not wait behind a long one that came with it.
 Requests that arrive while a round decodes step in between its decoding steps when they are small
-beside it (at most a quarter of the work of its largest request, `DecodeOptions.work`): they are
+beside it (at most a quarter of the work of its largest request, `DecodeOptions.work`, when that
+is `STEP_IN_FROM` or more: ordinary requests keep sharing batches): they are
 decoded at once, as a round of their own, and the round goes on where it stopped. So an ordinary
 request waits for one step of a large one, not for all of it. While the large round has work
 left, the rounds that step in take at most half the time (a flood of small requests slows a large
@@ -46,6 +47,7 @@ from ...decode.options import DecodeOptions
 from ..translator import Translation, Translator
 
 log = logging.getLogger("qkv.serve")
+STEP_IN_FROM = 1024  # the work (decode tokens) of a round's largest request that others step into
 
 
 class QueueFull(Exception):
@@ -184,8 +186,10 @@ class Batcher:
         """Between two decoding steps of the running round: decode first the waiting jobs that
         are small beside it, while they have had at most half the round's time."""
         r = self._round
-        if r.inside or r.seen == self._submitted or not self.batching or not r.may_step_in():
-            return  # asked at each row of each step: nothing new queued is the common answer
+        if r.work < STEP_IN_FROM or r.inside or r.seen == self._submitted or not self.batching:
+            return  # asked at each row of each step; ordinary rounds: later requests share batches
+        if not r.may_step_in():
+            return
         with self._cv:
             r.seen = self._submitted
             small = [job for job in self._queue if 4 * _work(job) <= r.work]
