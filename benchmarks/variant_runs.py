@@ -54,15 +54,18 @@ class Run:
 
     def limits(self, data: str = "synthetic") -> dict[str, Any]:
         """The stopping keys: a time budget (equal CPU time) or a number of updates (on Multi30k,
-        --multi30k-steps)."""
+        --multi30k-steps), and the warm-up: with --steps a quarter of the updates, at most 200;
+        with --budget the recipe's (on Multi30k 1,000 updates); --multi30k-warmup replaces
+        either on Multi30k."""
+        warmup = self.args.multi30k_warmup if data == "multi30k" else None
         if self.steps is not None:
             steps = self.args.multi30k_steps if data == "multi30k" else self.steps
             return {"max_steps": steps, "valid_every": steps, "log_every": min(50, steps),
-                    "warmup": min(200, max(1, steps // 4))}
+                    "warmup": warmup or min(200, max(1, steps // 4))}
         every = self.args.check_every
         budget = self.args.multi30k_budget if data == "multi30k" else None
         return {"max_steps": 10**7, "max_hours": (budget or self.budget) / 3600,
-                "valid_every": every, "log_every": every}
+                "valid_every": every, "log_every": every, **({"warmup": warmup} if warmup else {})}
 
     def recipe(self, data: str, **overrides: Any) -> dict[str, Any]:
         """The recipe of `data` ("synthetic" or "multi30k"), its limits and the overrides; a
@@ -79,10 +82,12 @@ class Run:
                 **overrides, "model": model}
 
     def train(self, name: str, recipe: dict[str, Any]) -> dict[str, Any]:
-        """Train one variant into OUT/name (a previous run there is replaced) -> its updates,
-        training seconds, parameters, median training tokens/s and log rows."""
+        """Train one variant into OUT/name (a previous run there is replaced) -> its updates, its
+        warm-up and the rate of its last update (% of the peak: below 100 the run stopped inside
+        its warm-up), training seconds, parameters, median training tokens/s and log rows."""
         from qkv.runtime.process import configure_process
         from qkv.train import Trainer, load_train_config
+        from qkv.train.schedule import lr_multiplier
 
         cfg = load_train_config(None, recipe)
         shutil.rmtree(self.out / name, ignore_errors=True)
@@ -97,7 +102,9 @@ class Run:
         speeds = [float(r["tokens_per_s"]) for r in rows if r.get("tokens_per_s")]
         print(f"  {name}: {result.step} updates, {seconds:.0f} s with data preparation",
               file=sys.stderr, flush=True)
+        reached = lr_multiplier(cfg.schedule, cfg.warmup, cfg.max_steps)(max(result.step - 1, 0))
         return {"variant": name, "dir": str(self.out / name), "steps": result.step,
+                "warmup": cfg.warmup, "lr_pct_of_peak": round(100 * reached, 1),
                 "train_s": round(last(rows, "elapsed_s") or 0.0, 1), "params": params,
                 "train_tok_s": round(statistics.median(speeds)) if speeds else None, "log": rows}
 
@@ -163,9 +170,11 @@ def datasets(args: argparse.Namespace) -> list[str]:
     return ["synthetic", "multi30k"] if args.data_dir else ["synthetic"]
 
 
-def seeds(run: Run) -> range:
-    """The seeds of a synthetic variant: --seed, --seed + 1, ... (--seeds of them)."""
-    return range(run.args.seed, run.args.seed + run.args.seeds)
+def seeds(run: Run, data: str = "synthetic") -> range:
+    """The seeds of a variant: --seed, --seed + 1, ... (--seeds of them; on Multi30k
+    --multi30k-seeds)."""
+    count = run.args.multi30k_seeds if data == "multi30k" else run.args.seeds
+    return range(run.args.seed, run.args.seed + count)
 
 
 Overrides = dict[str, Any] | Callable[[str], dict[str, Any]]  # fixed, or per dataset
@@ -173,11 +182,12 @@ Overrides = dict[str, Any] | Callable[[str], dict[str, Any]]  # fixed, or per da
 
 def compare(run: Run, variants: dict[str, Overrides]) -> list[dict[str, Any]]:
     """Each variant (name -> recipe overrides, or a function of the dataset giving them) on each
-    dataset: trained, then scored greedily. On the synthetic task with --seeds N: N runs (each
-    seed its own data split, shared by the variants), the medians and every run's score."""
+    dataset: trained, then scored greedily. With --seeds N (on Multi30k --multi30k-seeds N): N
+    runs (each seed its own initialisation and batch order, on the synthetic task its own data
+    split, shared by the variants), the medians and every run's score."""
     rows = []
     for data in datasets(run.args):
-        data_seeds = seeds(run) if data == "synthetic" else range(run.args.seed, run.args.seed + 1)
+        data_seeds = seeds(run, data)
         for name in run.chosen(list(variants)):
             spec, runs = variants[name], []
             for seed in data_seeds:

@@ -70,6 +70,7 @@ DEFAULTS = {  # table -> (budget seconds per variant, steps per variant): one of
 
 
 MATCHED_GRU_WIDTH = {"synthetic": 92, "multi30k": 192}  # one GRU layer each side: ~ the Transformer
+WIDE_NO_FFN = {"synthetic": 84, "multi30k": 152}  # d_ff 0 at about the d_ff 2d parameter count
 
 
 def table_transformer_vs_rnn(run: Run) -> list[dict[str, Any]]:
@@ -87,13 +88,19 @@ def table_transformer_vs_rnn(run: Run) -> list[dict[str, Any]]:
 
 def table_ffn(run: Run) -> list[dict[str, Any]]:
     """The position-wise feed-forward network's width d_ff: 0 (the sub-layer adds only its bias:
-    no FFN), d_model, 2 d_model (the tiny preset's) and 4 d_model (the paper's ratio)."""
+    no FFN), d_model, 2 d_model (the tiny preset's) and 4 d_model (the paper's ratio); and the
+    size-matched control `d_ff-0d-wide`: no FFN, d_model widened to at least the 2d row's
+    parameters (synthetic: 181k against 173k; Multi30k: 2.64M against 2.61M), so that a gap to
+    the rows with an FFN is not only their extra parameters."""
     width = {"synthetic": 64, "multi30k": 128}
 
     def ffn(ratio: int) -> Callable[[str], dict[str, Any]]:
         return lambda data: {"model": {"d_ff": ratio * width[data]}}
 
-    return compare(run, {f"d_ff-{r}d": ffn(r) for r in (0, 1, 2, 4)})
+    def wide(data: str) -> dict[str, Any]:
+        return {"model": {"d_ff": 0, "d_model": WIDE_NO_FFN[data]}}
+
+    return compare(run, {**{f"d_ff-{r}d": ffn(r) for r in (0, 1, 2, 4)}, "d_ff-0d-wide": wide})
 
 
 def table_scores(run: Run) -> list[dict[str, Any]]:
@@ -362,6 +369,11 @@ def main() -> int:
     p.add_argument("--seeds", type=int, default=1,
                    help="synthetic variants (compared tables, extrapolation, exposure-bias): "
                         "runs per variant, seeds --seed, --seed + 1, ... (medians and spread)")
+    p.add_argument("--multi30k-seeds", type=int, default=1,
+                   help="the same for the compared tables' Multi30k variants")
+    p.add_argument("--multi30k-warmup", type=int,
+                   help="warm-up updates on Multi30k (default: with --steps a quarter of them, "
+                        "at most 200; with --budget the recipe's 1000)")
     p.add_argument("--variants", nargs="+",
                    help="only these variants of the table (e.g. to run its rows in two processes)")
     p.add_argument("--threads", type=int, default=2)
@@ -383,6 +395,9 @@ def main() -> int:
         limit_text += f", {args.multi30k_budget:g} s on Multi30k"
     if args.seeds > 1 and args.table in (*COMPARED, "extrapolation", "exposure-bias"):
         limit_text += f"; {args.seeds} seeds per synthetic variant (medians)"
+    if args.data_dir and args.table in COMPARED:
+        limit_text += f"; {args.multi30k_seeds} seed{'s' if args.multi30k_seeds > 1 else ''}"
+        limit_text += " per Multi30k variant"
     print(f"### {args.table}\n")
     print(f"command: `python {shlex.join(['benchmarks/variants.py', *sys.argv[1:]])}`  ")
     print(f"machine: {common.describe(common.machine(), common.versions('torch'))}  ")

@@ -30,6 +30,8 @@ def test_the_heads_table_runs_at_two_updates(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "heads.json").read_text())
     assert [r["steps"] for r in saved] == [2] * 4
     assert len({r["params"] for r in saved}) == 1  # equal parameters for any number of heads
+    # 2 updates: warm-up max(1, 2 // 4) = 1, so the 2nd update runs at sqrt(1 / 2) of the peak
+    assert [(r["warmup"], r["lr_pct_of_peak"]) for r in saved] == [(1, 70.7)] * 4
 
 
 @pytest.mark.parametrize(("table", "extra", "columns"), [
@@ -37,7 +39,8 @@ def test_the_heads_table_runs_at_two_updates(tmp_path: Path) -> None:
      {"labelled_per_language", "pretraining_steps", "accuracy", "macro_f1"}),
     ("exposure-bias", ["--points", "2", "--seeds", "2"],
      {"tf_token_acc", "greedy_token_acc", "seeds", "greedy_token_acc_per_seed"}),
-    ("ffn", ["--variants", "d_ff-0d", "d_ff-4d"], {"exact_match", "valid_loss", "params"}),
+    ("ffn", ["--variants", "d_ff-0d", "d_ff-2d", "d_ff-0d-wide"],
+     {"exact_match", "valid_loss", "params"}),
     ("extrapolation", ["--seeds", "2", "--variants", "none", "rope"],
      {f"{m}_{k}_digits" for m in ("exact", "chars") for k in (6, 7, 8, 9)} | {"seeds"}),
 ])
@@ -53,9 +56,10 @@ def test_the_other_tables_run_at_two_updates(tmp_path: Path, table: str, extra: 
     assert saved and all(columns <= set(row) for row in saved)
     if table == "extrapolation":  # --variants: those rows only, in the table's order
         assert [r["variant"] for r in saved] == ["none", "rope"]
-    if table == "ffn":  # d_ff 0 leaves the FFN's weights out: fewer parameters
-        assert [r["variant"] for r in saved] == ["d_ff-0d", "d_ff-4d"]
-        assert saved[0]["params"] < saved[1]["params"]
+    if table == "ffn":  # d_ff 0 leaves the FFN's weights out; the wide control puts them back
+        assert [r["variant"] for r in saved] == ["d_ff-0d", "d_ff-2d", "d_ff-0d-wide"]
+        no_ffn, with_ffn, wide = (r["params"] for r in saved)
+        assert no_ffn < with_ffn <= wide < 1.06 * with_ffn
     if table == "classify":  # one mlm model, then scratch and from-mlm for each size
         assert [(r["labelled_per_language"], r["pretraining_steps"]) for r in saved] == [
             (3, 0), (3, 2), (6, 0), (6, 2)]
@@ -67,12 +71,36 @@ def test_the_multi30k_budget_replaces_the_budget_on_multi30k_only(
     import variants
 
     args = argparse.Namespace(table="transformer-vs-rnn", budget=120.0, steps=None,
-                              multi30k_budget=480.0, check_every=50, out="unused")
+                              multi30k_budget=480.0, check_every=50, out="unused",
+                              multi30k_warmup=None)
     run = variants.Run(args, variants.DEFAULTS[args.table])
     assert run.limits("synthetic")["max_hours"] == 120 / 3600
     assert run.limits("multi30k")["max_hours"] == 480 / 3600
     args.multi30k_budget = None
     assert run.limits("multi30k")["max_hours"] == 120 / 3600
+
+
+def test_the_multi30k_warm_up_is_the_recipes_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --budget the Multi30k recipe's warm-up (configs/multi30k-small.yaml: 1000 updates)
+    stands unless --multi30k-warmup replaces it; with --steps a quarter of the updates, at most
+    200; the synthetic task keeps its own either way."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import variants
+
+    args = argparse.Namespace(table="transformer-vs-rnn", budget=420.0, steps=None,
+                              multi30k_budget=None, check_every=50, out="unused",
+                              multi30k_warmup=None, threads=1, seed=1, data_dir="unused")
+    run = variants.Run(args, variants.DEFAULTS[args.table])
+    assert run.recipe("multi30k")["warmup"] == 1000
+    args.multi30k_warmup = 40
+    assert run.recipe("multi30k")["warmup"] == 40
+    assert run.recipe("synthetic")["warmup"] == 200
+    args.budget, args.steps, args.multi30k_steps = None, 1500, 150
+    run = variants.Run(args, variants.DEFAULTS[args.table])
+    assert run.recipe("multi30k")["warmup"] == 40
+    args.multi30k_warmup = None
+    assert run.recipe("multi30k")["warmup"] == 150 // 4
+    assert run.recipe("synthetic")["warmup"] == 200
 
 
 def test_edit_distance_equals_the_recursive_definition(monkeypatch: pytest.MonkeyPatch) -> None:
