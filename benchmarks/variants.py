@@ -90,7 +90,7 @@ def table_ffn(run: Run) -> list[dict[str, Any]]:
     """The position-wise feed-forward network's width d_ff: 0 (the sub-layer adds only its bias:
     no FFN), d_model, 2 d_model (the tiny preset's) and 4 d_model (the paper's ratio); and the
     size-matched control `d_ff-0d-wide`: no FFN, d_model widened to at least the 2d row's
-    parameters (synthetic: 181k against 173k; Multi30k: 2.64M against 2.61M), so that a gap to
+    parameters (synthetic: 180k against 173k; Multi30k: 2.64M against 2.61M), so that a gap to
     the rows with an FFN is not only their extra parameters."""
     width = {"synthetic": 64, "multi30k": 128}
 

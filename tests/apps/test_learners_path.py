@@ -54,7 +54,7 @@ def test_the_machine_is_named(script) -> None:
     assert "threads (flags:" in line and "torch " in line and "Python " in line
 
 
-def test_the_committed_pages_show_one_sentence_one_translation_one_machine(script) -> None:
+def test_consistency_the_committed_pages_agree_on_sentence_translation_machine(script) -> None:
     """Consistency checks of the committed pages (the script made them from one model): the
     greedy trace's best hypothesis is the walk-through's translation, and both name one machine."""
     decoding = (DOCS / "decoding.md").read_text(encoding="utf-8")

@@ -502,15 +502,15 @@ def test_cross_attention_queries_come_from_the_decoder_keys_and_values_from_the_
 
 def test_consistency_scores_table_has_the_unscaled_dot_product_converging() -> None:
     """Not "scaling is needed to converge": in qkv's scores table (read, not rerun) unscaled
-    scores learn the synthetic task (d_k 16); on Multi30k (d_k 32) they train slower."""
+    scores learn the synthetic task (d_k 16) in each of three seeds. The Multi30k rows are one
+    run each, so the page reads no order from them: a row with seeds would need a new reading."""
     dot = measured("scores", "dot", "synthetic")
     assert dot["exact_match"] == "100.0" and dot["exact_match_per_seed"] == "100 / 99.5 / 100"
     assert float(dot["valid_loss"]) <= float(
         measured("scores", "scaled_dot", "synthetic")["valid_loss"]
     )
-    assert float(measured("scores", "dot", "multi30k")["valid_loss"]) > float(
-        measured("scores", "scaled_dot", "multi30k")["valid_loss"]
-    )
+    for variant in ("dot", "scaled_dot"):
+        assert measured("scores", variant, "multi30k")["seeds"] == "—"
 
 
 def test_unscaled_scores_at_d_k_16_are_peaked_but_not_one_hot() -> None:
