@@ -29,9 +29,11 @@ per token is the same function of the same weights and batch in both: the script
 from __future__ import annotations
 
 import argparse
+import csv
 import itertools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -133,8 +135,6 @@ def run_child(command: list[str], env: dict[str, str], log: Path) -> tuple[int, 
 def qkv_log_elapsed(out: Path, updates: int) -> tuple[list[float], float]:
     """(elapsed_s after update k for k = 0..updates, update 1's training loss) from a log.csv
     with a row per update (elapsed_s counts from the first update's start)."""
-    import csv
-
     with open(out / "log.csv", newline="") as f:
         rows = {int(r["step"]): r for r in csv.DictReader(f) if r.get("train_loss")}
     return [0.0] + [float(rows[k]["elapsed_s"]) for k in range(1, updates + 1)], float(
@@ -172,8 +172,6 @@ def measure(
         raise SystemExit(f"finetune_speed: the {engine} run failed (exit {status})")
     if engine == "qkv":
         elapsed, first_loss = qkv_log_elapsed(out, updates)
-        import shutil
-
         shutil.rmtree(out)  # its checkpoint: ~1 GB at the base shape
         extra: dict[str, Any] = {}
     else:
@@ -322,7 +320,11 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="a tiny model and few updates: a smoke run of both paths",
     )
-    parser.add_argument("--json", default="benchmarks/results/finetune-speed.json")
+    parser.add_argument(
+        "--json",
+        help="where to write the results (default: benchmarks/results/finetune-speed.json, "
+        "with --quick finetune-speed-quick.json)",
+    )
     parser.add_argument("--corpus", choices=["multi30k", "synthetic"], default="multi30k")
     parser.add_argument(
         "--data-dir",
@@ -353,6 +355,9 @@ def parse_args() -> argparse.Namespace:
     if args.quick:
         args.pairs, args.max_tokens = min(args.pairs, 400), min(args.max_tokens, 512)
         args.warmup_updates, args.updates, args.repeats = 1, 2, 1
+    if args.json is None:
+        quick = "-quick" if args.quick else ""
+        args.json = f"benchmarks/results/finetune-speed{quick}.json"
     if args.warmup_updates < 1 or args.updates < 1:
         parser.error("--warmup-updates and --updates must be at least 1")
     return args

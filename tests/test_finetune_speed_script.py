@@ -22,11 +22,28 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_the_quick_run_times_both_on_the_same_batches_and_writes_the_json(tmp_path: Path) -> None:
     out = tmp_path / "finetune-speed.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
     run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "finetune_speed.py"), "--quick", "--corpus", "synthetic",
-         "--dropout", "0", "--json", str(out)],
-        capture_output=True, text=True, timeout=300, check=False, env=env)
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "finetune_speed.py"),
+            "--quick",
+            "--corpus",
+            "synthetic",
+            "--dropout",
+            "0",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| qkv train --init_from |" in run.stdout and "|  HF transformers loop |" in run.stdout
     saved = json.loads(out.read_text())
@@ -43,5 +60,6 @@ def test_the_quick_run_times_both_on_the_same_batches_and_writes_the_json(tmp_pa
     qkv_loss, hf_loss = (summary[e]["first_update_loss"] for e in ("qkv", "hf"))
     assert qkv_loss == pytest.approx(hf_loss, rel=1e-5)
     assert summary["speedup"] == pytest.approx(
-        summary["qkv"]["tokens_per_second"] / summary["hf"]["tokens_per_second"])
+        summary["qkv"]["tokens_per_second"] / summary["hf"]["tokens_per_second"]
+    )
     assert set(summary) >= {"qkv_peak_rss_gib", "meets_speedup_target", "meets_rss_target"}
