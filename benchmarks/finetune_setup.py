@@ -223,6 +223,8 @@ def qkv_overrides(work: Path, pairs: dict[str, Path], args: Any) -> list[str]:
         "prepared_dir": work / "prepared",
         "model.dropout": args.dropout,
     }
+    if args.loss_chunk_tokens:  # qkv's memory saver: the output projection + loss in chunks
+        flags["loss_chunk_tokens"] = args.loss_chunk_tokens
     return [item for key, value in flags.items() for item in (f"--{key}", str(value))]
 
 

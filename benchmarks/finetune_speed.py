@@ -264,6 +264,7 @@ def report(
         f"\nModel: random MarianMTModel, {shape['layers']}+{shape['layers']} layers, d_model "
         f"{shape['d_model']}, {shape['heads']} heads, FFN {shape['ffn']}, {shape['vocab']:,} joint "
         f"tokens ({setup['parameters']:,} parameters); {args.precision}, dropout {args.dropout}"
+        + (f"; qkv --loss_chunk_tokens {args.loss_chunk_tokens}" if args.loss_chunk_tokens else "")
     )
     print(
         f"Batches: qkv's sampler for --max_tokens {args.max_tokens} on {setup['pairs']:,} "
@@ -343,6 +344,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each engine, alternated")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--dropout", type=float, default=0.1, help="OPUS-MT's: 0.1")
+    parser.add_argument(
+        "--loss-chunk-tokens",
+        type=int,
+        help="qkv's --loss_chunk_tokens (less memory; the HF loop is unchanged); default: off",
+    )
     parser.add_argument(
         "--hf-allocator",
         choices=["glibc", "tcmalloc"],
