@@ -9,14 +9,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from sacrebleu.metrics import BLEU
 from safetensors.torch import load_file
 
 from qkv.apps.cli import main
+from qkv.apps.translator import Translator
+from qkv.decode.options import DecodeOptions
 from qkv.data.batching import collate
 from qkv.modeldir import CheckpointError, load_model_dir
 from qkv.train import TrainConfig, Trainer
 from qkv.train.average import average_into, average_run, best_window
 from qkv.train.checkpoints import checkpoint_dir, list_checkpoints
+from qkv.runtime.options import RuntimeOptions
 from qkv.train.recipe import load_train_config, parse_overrides
 
 Recipe = Callable[..., TrainConfig]
@@ -232,6 +236,20 @@ def test_early_stopping_and_bleu_validation(tmp_path: Path, recipe: Recipe) -> N
     assert [h["step"] for h in result.history] == [2, 4, 6]
     assert all(0.0 <= h["valid_bleu"] <= 100.0 and h["valid_ppl"] > 1.0 for h in result.history)
     assert result.best_step == 2
+
+
+def test_validation_bleu_is_what_qkv_translate_scores(tmp_path: Path, recipe: Recipe) -> None:
+    """Validation decodes through the translator's path (`decode.search.run`, beam 1, the same
+    length caps): the model saved at a validation, translated by `Translator` with --beam 1 and
+    scored with sacreBLEU, gets the BLEU that validation logged."""
+    trainer = Trainer(recipe(max_steps=4, valid_every=4, valid_bleu=True, valid_max_sentences=40),
+                      tmp_path)
+    result = trainer.train()
+    valid = trainer.task.data.valid
+    translator = Translator.load(tmp_path, RuntimeOptions(precision="fp32", pack=False))
+    texts = translator.translate(valid.src[:40], DecodeOptions(beam=1))
+    assert len(set(texts)) > 1  # not one empty or constant output for every sentence
+    assert BLEU().corpus_score(texts, [valid.tgt[:40]]).score == result.history[-1]["valid_bleu"]
 
 
 def test_bad_data_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

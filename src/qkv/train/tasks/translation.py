@@ -14,7 +14,8 @@ from sacrebleu.metrics import BLEU
 from torch import Tensor, nn
 
 from ...data.batching import Batch, TokenBatchSampler, collate, pad_sequences
-from ...decode.search import DEFAULT_MAX_LEN_B, greedy
+from ...decode.options import DecodeOptions
+from ...decode.search import run
 from ...model import Transformer
 from ...model.rnn import RNNSearch
 from ..coverage import check_coverage
@@ -35,6 +36,8 @@ log = logging.getLogger("qkv.train")
 
 Pairs = tuple[Sequence[list[int]], Sequence[list[int]]]  # source ids, target ids
 COVERAGE_PAIRS = 20_000  # the training pairs the coverage of an init model's tokenizer is read on
+# validation BLEU decodes as `qkv translate --beam 1` does: the same search, the same length caps
+VALID_DECODING = DecodeOptions(beam=1)
 
 
 class TranslationTask(Task[Pairs, Batch]):
@@ -184,21 +187,22 @@ class TranslationTask(Task[Pairs, Batch]):
     def _valid_bleu(
         self, model: nn.Module, batches: list[list[int]], device: torch.device
     ) -> float:
-        """sacreBLEU of the greedy translations of the first valid_max_sentences (default: all)
-        validation sentences, decoded in the validation batches."""
+        """sacreBLEU of the greedy translations (`VALID_DECODING`, through `decode.search.run`) of
+        the first valid_max_sentences (default: all) validation sentences, in the validation
+        batches."""
         d = self.data
         tok = d.tokenizer
         assert d.valid is not None
-        k = self.cfg.valid_max_sentences or len(d.valid)
+        k = min(self.cfg.valid_max_sentences or len(d.valid), len(d.valid))
         outputs: dict[int, list[int]] = {}
         for indices in batches:
             rows = [i for i in indices if i < k]
             if not rows:
                 continue
             src = pad_sequences([[*d.valid_src[i], tok.eos_id] for i in rows], tok.pad_id)
-            max_len = torch.tensor([len(d.valid_src[i]) + DEFAULT_MAX_LEN_B for i in rows])
-            hyps = greedy(model, src.to(device), max_len.to(device))
-            outputs.update((i, h.tokens) for i, h in zip(rows, hyps, strict=True))
+            lengths = [VALID_DECODING.max_output_length(len(d.valid_src[i])) for i in rows]
+            hyps = run(model, src.to(device), VALID_DECODING, torch.tensor(lengths, device=device))
+            outputs.update((i, h[0].tokens) for i, h in zip(rows, hyps, strict=True))
         texts = tok.decode_tgt([outputs[i] for i in range(k)])
         metric = BLEU(trg_lang=self.cfg.tgt_lang or "")
         return metric.corpus_score(texts, [d.valid.tgt[:k]]).score
