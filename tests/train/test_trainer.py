@@ -14,13 +14,13 @@ from safetensors.torch import load_file
 
 from qkv.apps.cli import main
 from qkv.apps.translator import Translator
-from qkv.decode.options import DecodeOptions
 from qkv.data.batching import collate
+from qkv.decode.options import DecodeOptions
 from qkv.modeldir import CheckpointError, load_model_dir
+from qkv.runtime.options import RuntimeOptions
 from qkv.train import TrainConfig, Trainer
 from qkv.train.average import average_into, average_run, best_window
 from qkv.train.checkpoints import checkpoint_dir, list_checkpoints
-from qkv.runtime.options import RuntimeOptions
 from qkv.train.recipe import load_train_config, parse_overrides
 
 Recipe = Callable[..., TrainConfig]
