@@ -5,6 +5,7 @@ bounded."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,42 @@ def test_a_cancelled_request_is_not_decoded_and_the_queue_is_bounded(translator:
     batcher.stop(timeout=60)
     decoded = [t for texts, _ in translator.calls for t in texts]
     assert EN[0] not in decoded
+
+
+def test_a_traced_job_runs_alone_on_the_decoding_thread_in_its_turn(translator: Recording) -> None:
+    """The explain view's search goes through the batcher: its function runs on the worker thread
+    (one model, one thread), cheapest first among what was gathered, not when cancelled, and its
+    error fails that job alone."""
+    ran: list[tuple[str, str]] = []
+
+    def traced(name: str, fail: bool = False):
+        def run(t: Translator) -> str:
+            ran.append((name, threading.current_thread().name))
+            if fail:
+                raise ValueError("no trace")
+            return f"{name}: {t.translate([EN[0]], SHORT)[0]}"
+        return run
+
+    large = Job("en-zh", [EN[1]], SHORT.replace(beam=4, max_len_b=40), traced=traced("large"))
+    jobs = [
+        large,
+        Job("en-zh", [EN[1]], SHORT, traced=traced("small")),
+        Job("en-zh", [EN[1]], SHORT, traced=traced("gone")),
+        Job("en-zh", [EN[1]], SHORT, traced=traced("failing", fail=True)),
+        Job("en-zh", [EN[2]], SHORT),
+    ]
+    batcher = Batcher({"en-zh": translator}, max_wait=0.05)
+    for job in jobs:
+        batcher.submit(job)
+    jobs[2].future.cancel()
+    batcher.start()
+    assert large.future.result(timeout=60) == f"large: {translator.translate([EN[0]], SHORT)[0]}"
+    with pytest.raises(ValueError, match="no trace"):
+        jobs[3].future.result(timeout=60)
+    assert [r.text for r in jobs[4].future.result(timeout=60)] == translator.translate([EN[2]], SHORT)
+    batcher.stop(timeout=60)
+    assert [name for name, _ in ran] == ["small", "failing", "large"]
+    assert {thread for _, thread in ran} == {"qkv-decoder"}
 
 
 class SteppingIn(Translator):

@@ -15,7 +15,8 @@
 
 Each API is an `APIRouter` of its own: routes/libretranslate.py (/translate, /languages,
 /frontend/settings), routes/native.py (/v1/translate, /v1/info), routes/ops.py (/health,
-/metrics), routes/page.py (/, /static, /docs, /docs-assets). What the endpoints share (the models,
+/metrics), routes/page.py (/, /static, /docs, /docs-assets), routes/explain.py (/explain,
+/v1/explain: a traced job on the same decoding thread). What the endpoints share (the models,
 limits, decoding defaults, API key, decoding lanes and metrics) is one `Service` (service.py) on
 `app.state.service`, which an endpoint gets as `svc: ServiceDep`; bodies.py reads request
 bodies, guard.py is the middleware. This module assembles them.

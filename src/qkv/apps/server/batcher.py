@@ -29,7 +29,8 @@ whose caller gave up (`future.cancel()`: past its deadline, or its client went a
 the next decoding step, and its batches not yet decoded are skipped; the other sentences of its
 batch go on. The queue is bounded: `submit` raises QueueFull when `max_queue` requests wait.
 `abandon(error)` fails every queued and running request with `error` (a server out of time to
-drain); the running batch stops at its next step.
+drain); the running batch stops at its next step. A traced job (`Job.traced`: the explain view's
+step-by-step search) is decoded alone by its own function, in the same thread and queue.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...decode.constrained import Constraints
 from ...decode.options import DecodeOptions
@@ -67,7 +69,10 @@ class Job:
     constraints: list[Constraints] | None = None  # the glossary's terms of each text, if any
     cut: dict[int, int] = field(default_factory=dict)  # text -> its tokens, where ids are cut
     work: int | None = None  # the decode tokens it may take (default: `DecodeOptions.work`)
-    future: Future[list[Translation]] = field(default_factory=Future)
+    # a job decoded alone, by this function of its pair's translator (the explain view's traced
+    # search): its future gets what the function returns, not translations
+    traced: Callable[[Translator], Any] | None = None
+    future: Future[Any] = field(default_factory=Future)
     results: list[Translation | None] = field(init=False)
     waiting: int = field(init=False)  # sentences not yet translated
 
@@ -144,7 +149,7 @@ class Batcher:
             self._queue.clear()
         return sum(_settle(job, exception=error) for job in jobs)
 
-    def submit(self, job: Job) -> Future[list[Translation]]:
+    def submit(self, job: Job) -> Future[Any]:
         """Queue a job; its future gets the translations. QueueFull when the queue is full."""
         if job.pair not in self.translators:
             raise KeyError(job.pair)
@@ -232,22 +237,41 @@ class Batcher:
 
     def _decode(self, jobs: list[Job]) -> None:
         """Decode the jobs' sentences in shared batches, by (pair, options), cheapest group
-        first, longest sentences first within a group."""
+        first, longest sentences first within a group; a traced job alone, in its cost's turn."""
         members: dict[tuple[str, DecodeOptions, bool], list[Job]] = {}
         for job in jobs:  # constrained searches apart: a plain batch stays on the fast path
-            members.setdefault((job.pair, job.options, bool(job.constraints)), []).append(job)
-        groups = [
+            if job.traced is None:
+                members.setdefault((job.pair, job.options, bool(job.constraints)), []).append(job)
+        parts: list[_Group | Job] = [
             _Group(pair, options, self.translators[pair], same)
             for (pair, options, _), same in members.items()
         ]
-        for group in sorted(groups, key=lambda g: g.cost):
-            empty = [k for k, x in enumerate(group.ids) if not x]  # answered without decoding
-            for batch in [empty] * bool(empty) + group.translator.batches(
-                group.ids, group.translator.runtime.batch_tokens
-            ):
-                live = [k for k in batch if not group.sentences[k][0].future.done()]
-                if live:
-                    self._decode_batch(group, live)
+        parts += [job for job in jobs if job.traced is not None]
+        for part in sorted(parts, key=lambda p: p.cost if isinstance(p, _Group) else _work(p)):
+            if isinstance(part, Job):
+                self._decode_traced(part)
+            else:
+                self._decode_group(part)
+
+    def _decode_group(self, group: _Group) -> None:
+        empty = [k for k, x in enumerate(group.ids) if not x]  # answered without decoding
+        for batch in [empty] * bool(empty) + group.translator.batches(
+            group.ids, group.translator.runtime.batch_tokens
+        ):
+            live = [k for k in batch if not group.sentences[k][0].future.done()]
+            if live:
+                self._decode_batch(group, live)
+
+    def _decode_traced(self, job: Job) -> None:
+        """A traced job, unless its caller gave up; its function's error fails it alone."""
+        if job.future.done() or job.traced is None:
+            return
+        try:
+            result = job.traced(self.translators[job.pair])
+        except Exception as e:
+            _settle(job, exception=e)
+            return
+        _settle(job, result=result)
 
     def _decode_batch(self, group: _Group, live: list[int]) -> None:
         """Decode sentences `live` of a group; settle each job whose last sentence this was."""
@@ -344,9 +368,7 @@ def _count_chars(job: Job) -> int:
     return sum(len(t) // 4 + 1 for t in job.texts)
 
 
-def _settle(
-    job: Job, result: list[Translation | None] | None = None, exception: Exception | None = None
-) -> bool:
+def _settle(job: Job, result: Any = None, exception: Exception | None = None) -> bool:
     """Give a job's future its result or exception, unless it has one or its caller gave up on
     it; whether it was given."""
     try:

@@ -31,7 +31,7 @@ from ...decode.constrained import Constraints, search_width
 from ...decode.options import TOKEN_COUNTS, DecodeOptions
 from ..documents import SPLITS
 from ..glossary import Glossary, check_search
-from ..translator import Translation, Translator
+from ..translator import Translator
 from .batcher import Batcher, Job, QueueFull
 from .files import FileStore
 from .limits import Limits
@@ -277,8 +277,9 @@ class Service:
         return constraints if constraints is not None and any(constraints) else None
 
     # --- decoding ------------------------------------------------------------------------------
-    async def translate(self, request: Request, job: Job) -> list[Translation]:
-        """The job's translations, from the lane its work calls for: 503 with Retry-After when
+    async def translate(self, request: Request, job: Job) -> Any:
+        """The job's translations (a traced job: what its function returns), from the lane its
+        work calls for: 503 with Retry-After when
         that lane's queue is full or the server stopped first, 504 past the time limit (or once
         the client has gone), 500 when decoding failed."""
         limits = self.limits
@@ -306,7 +307,7 @@ async def service(request: Request) -> Service:
 ServiceDep = Annotated[Service, Depends(service)]  # an endpoint's parameter: the app's Service
 
 
-async def _answer(request: Request, future: Future[list[Translation]], timeout: float) -> Any:
+async def _answer(request: Request, future: Future[Any], timeout: float) -> Any:
     """The future's result, waited for at most `timeout` seconds while the client is connected;
     otherwise the future is cancelled (the batcher drops its sentences at the next step) and
     TimeoutError raised. The batcher's `Stopped` comes through as it is."""

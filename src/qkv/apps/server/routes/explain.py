@@ -12,14 +12,14 @@ of that same search (`Translator.translation_of(..., maps=True)`): encoder
 3 decimals.
 
 One sentence at a time, within the server's limits (characters, beam, decoded tokens, and at most
-MAX_SOURCE_TOKENS source tokens: 413 over it), decoded in a worker thread, off the event loop.
+MAX_SOURCE_TOKENS source tokens: 413 over it), decoded by the server's decoding thread as a traced
+job (`batcher.Job.traced`): queued, timed out and answered as /translate's requests are.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import math
-import threading
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -38,7 +38,6 @@ router = APIRouter(tags=["qkv"])
 
 MAX_SOURCE_TOKENS = 200  # the sentence explained, in subwords (eos excluded)
 DIGITS = 3  # the floats of the answer
-_ONE_AT_A_TIME = threading.Lock()  # explanations are for a person looking: one decodes at once
 
 
 class _ExplainBody(BaseModel):
@@ -78,23 +77,16 @@ async def explain(request: Request, svc: ServiceDep, fields: JsonFields) -> JSON
     if len(ids) > MAX_SOURCE_TOKENS:
         message = f"the sentence has {len(ids)} tokens; /v1/explain takes {MAX_SOURCE_TOKENS}"
         raise HTTPError(413, message)
-    svc.check_options(model, o, [text], terms=False)  # beam and decoded tokens within the limits
-    try:
-        answer = await asyncio.wait_for(
-            asyncio.to_thread(_explain, model.translator, text, o), svc.limits.timeout
-        )
-    except asyncio.TimeoutError:
-        raise HTTPError(504, f"took longer than {svc.limits.timeout:g} s (--timeout)") from None
-    except ValueError as e:
-        raise HTTPError(400, str(e)) from None
-    return JSONResponse(answer)
+    job = svc.check_options(model, o, [text], terms=False)  # beam, decoded tokens: the limits
+    job.traced = functools.partial(_explain, text=text, options=o)
+    return JSONResponse(await svc.translate(request, job))
 
 
 def _explain(translator: Translator, text: str, options: DecodeOptions) -> dict[str, Any]:
-    """The answer of /v1/explain (run in a worker thread: it decodes)."""
-    with _ONE_AT_A_TIME:  # one search: its steps, and the maps of the best hypothesis it found
-        steps, hyps, ids = traced_search(translator, text, options)
-        t = translator.translation_of(ids, hyps[:1], maps=True)
+    """The answer of /v1/explain (a traced job: the decoding thread runs it)."""
+    # one search: its steps, and the maps of the best hypothesis it found
+    steps, hyps, ids = traced_search(translator, text, options)
+    t = translator.translation_of(ids, hyps[:1], maps=True)
     pieces = translator.tokenizer.tgt_vocabulary()
     eos = translator.tokenizer.eos_id
 
