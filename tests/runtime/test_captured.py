@@ -127,19 +127,29 @@ def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses(
     assert tokens[0] == tokens[1] and greedy_tokens[0] == greedy_tokens[1]
 
 
-def test_one_program_serves_a_whole_decode_its_reads_growing_to_the_buffer() -> None:
+@pytest.fixture(scope="module")
+def narrow() -> tuple[Transformer, Transformer]:
+    """A model of a shape of its own (d_model 32), readable and captured: no program yet."""
+    model = prepare_for_decoding(tiny_model(d_model=32, d_ff=48, seed=11), pack=False)
+    return model, capture_decoder(copy.deepcopy(model))
+
+
+def test_one_program_serves_a_whole_decode_its_reads_growing_to_the_buffer(
+    narrow: tuple[Transformer, Transformer],
+) -> None:
     """Self-attention reads the held positions (a symbolic length), up to the last but one of a
     buffer sized for the longest output: reading a whole buffer would be a second program."""
-    model = prepare_for_decoding(tiny_model(d_model=32, d_ff=48), pack=False)
-    captured = capture_decoder(model)  # a shape of its own: its program is compiled here
+    captured = narrow[1]  # its one program is compiled here (or by the test that used it first)
     src = batch(random_sources(2, seed=6, max_len=8))
     stats = torch._dynamo.utils.counters["stats"]
-    before = stats["unique_graphs"]
+    compiled = []
     with torch.inference_mode():
         for s in (src, src.flip(0)):
+            before = stats["unique_graphs"]
             hyps = greedy(captured, s, min_len=20, max_len=20)
             assert [len(h.tokens) for h in hyps] == [20, 20]
-    assert stats["unique_graphs"] - before == 1
+            compiled.append(stats["unique_graphs"] - before)
+    assert compiled[0] <= 1 and compiled[1] == 0
 
 
 def test_a_prefix_and_attention_weights_take_the_readable_path(
@@ -360,14 +370,14 @@ def test_what_cannot_be_captured_is_refused_with_the_reason(
     assert "needs a C++ compiler" in str(capture_refusal(Transformer(tiny_config())))
 
 
-def test_two_captured_models_of_one_shape_each_decode_with_their_own_weights() -> None:
+def test_two_captured_models_of_one_shape_each_decode_with_their_own_weights(
+    narrow: tuple[Transformer, Transformer],
+) -> None:
     """Frozen weights are a program's constants and its guards skip the modules, so the program
     one model compiled must never serve another (`own_step`: each its own code object)."""
-    plains = [
-        prepare_for_decoding(tiny_model(d_model=48, d_ff=96, seed=seed), pack=False)
-        for seed in (11, 12)
-    ]
-    captured = [capture_decoder(copy.deepcopy(m)) for m in plains]
+    other = prepare_for_decoding(tiny_model(d_model=32, d_ff=48, seed=12), pack=False)
+    plains = [narrow[0], other]
+    captured = [narrow[1], capture_decoder(copy.deepcopy(other))]
     src = batch(random_sources(2, seed=7, max_len=8))
     with torch.inference_mode():
         for plain, model in zip(plains, captured, strict=True):
