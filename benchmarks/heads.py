@@ -39,7 +39,7 @@ from glossary import WORD, best_targets, read  # benchmarks/glossary.py
 from qkv.apps.translator import Translator
 from qkv.data.batching import pad_sequences
 from qkv.decode.search import attention_weights
-from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.runtime_options import RuntimeOptions
 
 MARK = "\u2581"  # SentencePiece's word start
 

@@ -246,7 +246,7 @@ def exposure_rows(run: Run, seed: int) -> list[dict[str, Any]]:
 def table_lm(run: Run) -> list[dict[str, Any]]:
     """A decoder-only LM on the Multi30k English side (synthetic: the number words): validation
     perplexity and captions sampled from a few prompts."""
-    from qkv.apps.generate import Generator
+    from qkv.apps.generator import Generator
     from qkv.decode.options import DecodeOptions
 
     if run.args.data_dir:

@@ -151,8 +151,8 @@ def int8_split(rounds: int) -> None:
 
     from torch import nn
 
-    from qkv.runtime.attention import use_decoding_attention
     from qkv.runtime.captured import Int8Linear, capture_decoder
+    from qkv.runtime.decoding_attention import use_decoding_attention
     from qkv.runtime.prepare import prepare_for_decoding
     from qkv.runtime.swap import replace_modules
 

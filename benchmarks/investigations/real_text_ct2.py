@@ -58,7 +58,7 @@ def qkv_rows(args: argparse.Namespace, lines: list[str], report: Report) -> Any:
     """Time qkv's `Translator` in each of QKV_ROWS' settings; its tokenizer."""
     from qkv.apps.translator import Translator
     from qkv.decode.options import DecodeOptions
-    from qkv.runtime.options import RuntimeOptions
+    from qkv.runtime.runtime_options import RuntimeOptions
 
     tokenizer = None
     for label, fields in QKV_ROWS:

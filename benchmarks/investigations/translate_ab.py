@@ -29,7 +29,7 @@ import torch
 from qkv.apps.translator import Translator
 from qkv.data.corpus import read_lines
 from qkv.decode.options import DecodeOptions
-from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.runtime_options import RuntimeOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
 import common
