@@ -1,7 +1,7 @@
 """Ablations of a training recipe: train several variants side by side, then average and beam-search each on
 the validation split (never the test split) and print one table.
 
-    python benchmarks/ablate.py configs/multi30k-small.yaml --data-dir ../shared/data --out runs/ablate \
+    python -m benchmarks.ablate configs/multi30k-small.yaml --data-dir ../shared/data --out runs/ablate \
         --variant anchor= --variant post-norm=--model.norm_first=false --variant drop0.2=--model.dropout=0.2
 
 A variant is NAME=OVERRIDES, its overrides `--key=value` pairs separated by spaces (the `qkv train` syntax).
@@ -20,8 +20,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import common  # benchmarks/common.py (the script's folder is on sys.path)
-from common import QKV, parse_scores
+from benchmarks import common
+from benchmarks.common import QKV, parse_scores
 
 
 def run(cmd: list[str], log: Path | None = None) -> subprocess.Popen:

@@ -2,11 +2,10 @@
 Marian config), random sentences of ids, the decoding workload, the timing helper, and the
 description of the machine and software they run on.
 
-The scripts import it as `common`: a script's own folder is first on `sys.path`, and the scripts
-of benchmarks/investigations/ put this folder there too. torch, qkv and transformers are imported
-inside the functions that need them, so a script that only drives `python -m qkv` subprocesses
-stays light and a timed process loads nothing it does not use (`timing_helper`: qkv's timing
-helper without the qkv package).
+The scripts run as modules from the repository root (`python -m benchmarks.speed`) and import it
+as `benchmarks.common`. torch, qkv and transformers are imported inside the functions that need
+them, so a script that only drives `python -m qkv` subprocesses stays light and a timed process
+loads nothing it does not use (`timing_helper`: qkv's timing helper without the qkv package).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Compare two `speed.py --json` results row by row: the same workload before and after a change.
 
-    python benchmarks/compare.py before.json after.json
+    python -m benchmarks.compare before.json after.json
 
 Each decoding and training row is matched by its settings (engine, beam, batch, pack, quantize,
 workers, ...). For every qkv row it prints tokens/s before and after, and qkv's ratio to the best

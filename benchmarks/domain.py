@@ -1,7 +1,7 @@
 """Adapting a model to a domain with `qkv train --init_from`, on Multi30k en->de (docs/results.md).
 
-    python benchmarks/domain.py --data-dir ../shared/data --out runs/domain
-    python benchmarks/domain.py --from-json docs/results/domain.json      # the table again
+    python -m benchmarks.domain --data-dir ../shared/data --out runs/domain
+    python -m benchmarks.domain --from-json docs/results/domain.json      # the table again
 
 The topic is sports: an English sentence whose words match TOPIC (a word-boundary regex, case
 insensitive) is a sports pair; the split files (sports and the rest, of train, val and
@@ -25,8 +25,8 @@ import statistics
 import subprocess
 from pathlib import Path
 
-import common  # benchmarks/common.py (the script's folder is on sys.path)
-from common import QKV
+from benchmarks import common
+from benchmarks.common import QKV
 
 TOPIC_WORDS = """ball balls soccer football basketball baseball tennis volleyball hockey rugby golf
 player players team teams game games athlete athletes race races racing racer racers bicycle bicycles

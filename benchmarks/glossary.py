@@ -1,6 +1,6 @@
 """What a glossary does to a translation model: term use, BLEU with and without it, and its speed.
 
-    python benchmarks/glossary.py --model runs/quality/multi30k-en-de-small-avg \
+    python -m benchmarks.glossary --model runs/quality/multi30k-en-de-small-avg \
         --data-dir ../shared/data --out docs/results/glossary.json
 
 Multi30k en→de, test_2016_flickr (--split val: the validation split, to choose settings). The

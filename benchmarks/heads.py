@@ -1,9 +1,9 @@
 """What each attention head of a trained translation model does, measured: entropy, positional
 heads, heads that look at </s>, and cross-attention heads that align words.
 
-    python benchmarks/heads.py --model runs/quality/multi30k-en-de-small-avg \
+    python -m benchmarks.heads --model runs/quality/multi30k-en-de-small-avg \
         --data-dir ../shared/data --figure docs/figures/multi30k_heads.png
-    python benchmarks/heads.py --from-json docs/figures/multi30k_heads.json \
+    python -m benchmarks.heads --from-json docs/figures/multi30k_heads.json \
         --figure docs/figures/multi30k_heads.png            # redraw from the saved numbers
 
 The model reads the first --n test_2016_flickr sentence pairs (en→de), the reference teacher-forced
@@ -35,11 +35,11 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from glossary import WORD, best_targets, read  # benchmarks/glossary.py
+from benchmarks.glossary import WORD, best_targets, read
 from qkv.apps.translator import Translator
 from qkv.data.batching import pad_sequences
 from qkv.decode.search import attention_weights
-from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.runtime_options import RuntimeOptions
 
 MARK = "\u2581"  # SentencePiece's word start
 

@@ -1,8 +1,8 @@
 """bf16 against fp32 in qkv, on the CPU: decoding and training speed, side by side.
 
-    python benchmarks/precision.py                # the bf16 table of docs/benchmarks.md
-    python benchmarks/precision.py --quick        # smoke run of every row (tiny workloads)
-    python benchmarks/precision.py --json benchmarks/results/precision.json
+    python -m benchmarks.precision                # the bf16 table of docs/benchmarks.md
+    python -m benchmarks.precision --quick        # smoke run of every row (tiny workloads)
+    python -m benchmarks.precision --json benchmarks/results/precision.json
 
 The output opens with the machine (CPU model, the CPU flags that select kernels: avx512_bf16 and
 amx_bf16 mean native bf16), what `--precision auto` resolves to here, and the versions.
@@ -40,8 +40,8 @@ from typing import Any
 
 import torch
 
-import common  # benchmarks/common.py (the script's folder is on sys.path)
-from common import BOS, timed
+from benchmarks import common
+from benchmarks.common import BOS, timed
 from qkv import Transformer
 from qkv.decode.search import beam_search, greedy
 from qkv.runtime.precision import describe_hardware, resolve_precision

@@ -1,8 +1,8 @@
 """Train, average, decode and score one of the documented quality results (docs/results.md), resumably.
 
-    python benchmarks/quality.py multi30k-en-de --data-dir ../shared/data          # train, average, score
-    python benchmarks/quality.py multi30k-en-de --data-dir ../shared/data          # again: resumes the run
-    python benchmarks/quality.py --plot docs/results/curves.png runs/quality/*/log.csv
+    python -m benchmarks.quality multi30k-en-de --data-dir ../shared/data          # train, average, score
+    python -m benchmarks.quality multi30k-en-de --data-dir ../shared/data          # again: resumes the run
+    python -m benchmarks.quality --plot docs/results/curves.png runs/quality/*/log.csv
 
 Each result is a recipe in configs/ plus its evaluation: `qkv train` (with --resume when the run exists; a killed
 run continues exactly), `qkv average` of the last checkpoints (`--window best`: of the checkpoints in a row with
@@ -25,8 +25,8 @@ import re
 import subprocess
 from pathlib import Path
 
-import common  # benchmarks/common.py (the script's folder is on sys.path)
-from common import QKV, parse_scores
+from benchmarks import common
+from benchmarks.common import QKV, parse_scores
 from qkv.data.named import get_corpus
 from qkv.runtime.precision import native_bf16
 

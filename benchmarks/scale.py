@@ -1,6 +1,6 @@
 """Training on millions of pairs: time to the first update, peak RSS and disk against corpus size.
 
-    python benchmarks/scale.py --data-dir ../shared/data --work /tmp/scale --sizes 0.03 0.5 1.5 4.5 \\
+    python -m benchmarks.scale --data-dir ../shared/data --work /tmp/scale --sizes 0.03 0.5 1.5 4.5 \\
         --ranks-at 4.5 --old-tree /tmp/qkv-old --json scale.json --plot docs/results/scale-rss.png
 
 For each size (millions of pairs) it builds a corpus from Multi30k's training set (de-en), shuffled
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import describe, machine, versions
+from benchmarks.common import describe, machine, versions
 
 MULTI30K_PAIRS = 29_000
 

@@ -1,11 +1,11 @@
 """Serving throughput and latency of `qkv serve`: 1, 8 and 32 concurrent clients, with batching on
 and off, on the demo model and on the paper's base shape.
 
-    python benchmarks/serve.py                       # trains the demo model first (about 75 s)
-    python benchmarks/serve.py --model qkv-demo      # a demo model you already have
-    python benchmarks/serve.py --quick               # a smoke run of every row (small workloads)
-    python benchmarks/serve.py --json benchmarks/results/serve.json
-    python benchmarks/serve.py --scenario fairness --model qkv-demo   # one client's large requests
+    python -m benchmarks.serve                       # trains the demo model first (about 75 s)
+    python -m benchmarks.serve --model qkv-demo      # a demo model you already have
+    python -m benchmarks.serve --quick               # a smoke run of every row (small workloads)
+    python -m benchmarks.serve --json benchmarks/results/serve.json
+    python -m benchmarks.serve --scenario fairness --model qkv-demo   # one client's large requests
 
 Each row starts a fresh `python -m qkv serve` on a free loopback port (`--threads` torch threads;
 `--no-batching` for the rows with batching off) and runs closed-loop clients: each client thread
@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import common
+from benchmarks import common
 
 CLIENTS = (1, 8, 32)
 

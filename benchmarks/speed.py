@@ -1,10 +1,10 @@
 """Speed of qkv against Hugging Face transformers and CTranslate2 on the paper's base shape, on CPU.
 
     pip install -e '.[bench]'
-    python benchmarks/speed.py                 # the tables of docs/benchmarks.md
-    python benchmarks/speed.py --quick         # smoke run of every path
-    python benchmarks/speed.py --cache-off     # also qkv greedy without the decoder cache
-    python benchmarks/speed.py --json benchmarks/results/speed.json
+    python -m benchmarks.speed                 # the tables of docs/benchmarks.md
+    python -m benchmarks.speed --quick         # smoke run of every path
+    python -m benchmarks.speed --cache-off     # also qkv greedy without the decoder cache
+    python -m benchmarks.speed --json benchmarks/results/speed.json
 
 It builds one random base-shape model for Hugging Face, qkv and CTranslate2 (and a second one of
 OPUS-MT's shape), checks that qkv computes what Hugging Face computes (exit 1 before any timing if
@@ -29,12 +29,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import common  # benchmarks/common.py (the script's folder is on sys.path)
-from common import D_MODEL, HEADS
+from benchmarks import common
+from benchmarks.common import D_MODEL, HEADS
+from benchmarks.speed_check import check, check_line
+from benchmarks.speed_engines import build, worker
+from benchmarks.speed_tables import attention_table, decode_table, peer_table, train_table
 from qkv.runtime.process import tcmalloc_library, with_tcmalloc
-from speed_check import check, check_line  # benchmarks/speed_check.py
-from speed_engines import build, worker  # benchmarks/speed_engines.py
-from speed_tables import attention_table, decode_table, peer_table, train_table
 
 TGT_LEN = 25  # target tokens per training pair
 ENV = {
@@ -152,7 +152,8 @@ def run_worker(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     """Run one measurement in a fresh Python process; exit 1 with its stderr if it fails."""
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    command = [sys.executable, __file__, "--worker", json.dumps(spec), "--workdir", str(work)]
+    command = [sys.executable, "-m", "benchmarks.speed", "--worker", json.dumps(spec)]
+    command += ["--workdir", str(work)]
     proc = subprocess.run(command, capture_output=True, text=True, env=worker_environment(spec))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:

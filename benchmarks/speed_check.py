@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common import BOS
-from speed_engines import OPUS_EOS, ct2_engine, hf_engine, load_sources, qkv_engine
+from benchmarks.common import BOS
+from benchmarks.speed_engines import OPUS_EOS, ct2_engine, hf_engine, load_sources, qkv_engine
 
 
 def same(a: list[list[int]], b: list[list[int]]) -> int:

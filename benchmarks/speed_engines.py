@@ -16,8 +16,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import common  # benchmarks/common.py (the script's folder is on sys.path)
-from common import BOS, D_FF, D_MODEL, EOS, HEADS, LAYERS, UNK, marian_config, memory_mb, timed
+from benchmarks import common
+from benchmarks.common import (
+    BOS,
+    D_FF,
+    D_MODEL,
+    EOS,
+    HEADS,
+    LAYERS,
+    UNK,
+    marian_config,
+    memory_mb,
+    timed,
+)
 
 OPUS_EOS = 0  # OPUS-MT's eos; its pad and decoder start are the last id
 

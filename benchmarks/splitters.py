@@ -2,7 +2,7 @@
 pysbd and sentencex on Multi30k (en, de) and Tatoeba (en, zh) test sentences.
 
     pip install pysbd sentencex
-    python benchmarks/splitters.py --data-dir ../shared/data
+    python -m benchmarks.splitters --data-dir ../shared/data
 
 Each paragraph joins 2-6 consecutive test sentences (with a space; Chinese without). A paragraph
 counts when the splitter gives back exactly its sentences; "splittable" counts the paragraphs whose

@@ -1,8 +1,8 @@
 """RSS against updates over a `qkv train` run: the memory row of docs/benchmarks.md ("Training memory").
 
-    python benchmarks/train_memory.py --csv rss.csv -- configs/multi30k-wide.yaml --out /tmp/m \\
+    python -m benchmarks.train_memory --csv rss.csv -- configs/multi30k-wide.yaml --out /tmp/m \\
         --data-dir ../shared/data --precision bf16 --max_steps 1000 --log_every 25
-    python benchmarks/train_memory.py --plot docs/results/train-memory.png before.csv after.csv
+    python -m benchmarks.train_memory --plot docs/results/train-memory.png before.csv after.csv
 
 The first form runs `python -m qkv train ARGS` and samples its RSS every `--every` seconds, with the last
 update its log.csv has reached then (so log often: `--log_every 25`); it prints the RSS at updates 200 and

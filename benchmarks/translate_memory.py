@@ -1,9 +1,9 @@
 """RSS against lines translated by `qkv translate --input` on a big file: the streaming row of
 docs/benchmarks.md ("Translating a big file").
 
-    python benchmarks/translate_memory.py --model qkv-demo --data-dir ../shared/data \\
+    python -m benchmarks.translate_memory --model qkv-demo --data-dir ../shared/data \\
         --lines 1000000 --marks 1000 5000 10000 20000 -- --beam 1 --max-len-a 0 --max-len-b 1
-    python benchmarks/translate_memory.py --model qkv-demo --src /work/main/src ...   # another code
+    python -m benchmarks.translate_memory --model qkv-demo --src /work/main/src ...   # another code
 
 It writes a file of `--lines` lines (Multi30k's English training sentences, repeated) under
 --work, runs `python -m qkv translate --model M --input FILE ARGS` with stdout to a file, samples
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from train_memory import rss_mib
+from benchmarks.train_memory import rss_mib
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,16 +1,16 @@
 """The tutorials' claims, measured: each table trains the variants of one choice side by side on
 this machine and prints a markdown table (docs/concepts.md, "The variants, measured").
 
-    python benchmarks/variants.py transformer-vs-rnn --budget 900 --data-dir ../shared/data
-    python benchmarks/variants.py scores --steps 1500 [--multi30k-steps 400 --data-dir DIR]
-    python benchmarks/variants.py positions --steps 1500 [--multi30k-steps 400 --data-dir DIR]
-    python benchmarks/variants.py extrapolation --steps 3000
-    python benchmarks/variants.py exposure-bias --steps 3000 --points 10
-    python benchmarks/variants.py heads --steps 1500
-    python benchmarks/variants.py norms --steps 1500 --depth 6
-    python benchmarks/variants.py ffn --steps 1500
-    python benchmarks/variants.py lm --budget 1800 --data-dir ../shared/data
-    python benchmarks/variants.py classify --steps 800 --data-dir ../shared/data
+    python -m benchmarks.variants transformer-vs-rnn --budget 900 --data-dir ../shared/data
+    python -m benchmarks.variants scores --steps 1500 [--multi30k-steps 400 --data-dir DIR]
+    python -m benchmarks.variants positions --steps 1500 [--multi30k-steps 400 --data-dir DIR]
+    python -m benchmarks.variants extrapolation --steps 3000
+    python -m benchmarks.variants exposure-bias --steps 3000 --points 10
+    python -m benchmarks.variants heads --steps 1500
+    python -m benchmarks.variants norms --steps 1500 --depth 6
+    python -m benchmarks.variants ffn --steps 1500
+    python -m benchmarks.variants lm --budget 1800 --data-dir ../shared/data
+    python -m benchmarks.variants classify --steps 800 --data-dir ../shared/data
 
 Every variant is one `Trainer` run in this process (`qkv train`'s trainer, the recipe as a dict), on
 `--threads` CPU threads, then scored by qkv's own translator, generator or classifier:
@@ -50,8 +50,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import common  # benchmarks/common.py (the script's folder is on sys.path)
-from variant_runs import (
+from benchmarks import common
+from benchmarks.variant_runs import (
     Run,
     compare,
     last,
@@ -253,7 +253,7 @@ def exposure_rows(run: Run, seed: int) -> list[dict[str, Any]]:
 def table_lm(run: Run) -> list[dict[str, Any]]:
     """A decoder-only LM on the Multi30k English side (synthetic: the number words): validation
     perplexity and captions sampled from a few prompts."""
-    from qkv.apps.generate import Generator
+    from qkv.apps.generator import Generator
     from qkv.decode.options import DecodeOptions
 
     if run.args.data_dir:
@@ -399,7 +399,7 @@ def main() -> int:
         limit_text += f"; {args.multi30k_seeds} seed{'s' if args.multi30k_seeds > 1 else ''}"
         limit_text += " per Multi30k variant"
     print(f"### {args.table}\n")
-    print(f"command: `python {shlex.join(['benchmarks/variants.py', *sys.argv[1:]])}`  ")
+    print(f"command: `python -m {shlex.join(['benchmarks.variants', *sys.argv[1:]])}`  ")
     print(f"machine: {common.describe(common.machine(), common.versions('torch'))}  ")
     threads = f"{args.threads} thread" + ("s" if args.threads > 1 else "")
     print(f"budget: {limit_text}, {threads}; the table took {total:.0f} s\n")

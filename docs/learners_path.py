@@ -22,14 +22,14 @@ from pathlib import Path
 
 import torch
 
-from qkv.apps.explain import explain_sentence
 from qkv.apps.figures import save
 from qkv.apps.figures.architecture import draw_architecture
-from qkv.apps.figures.demo import draw_demo_attention
+from qkv.apps.figures.demo_figure import draw_demo_attention
 from qkv.apps.trace import format_trace, trace_translation
 from qkv.apps.translator import Translator
+from qkv.apps.walkthrough import explain_sentence
 from qkv.decode.options import DecodeOptions
-from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.runtime_options import RuntimeOptions
 
 DOCS = Path(__file__).resolve().parent
 SENTENCE = "4 0 5 2"
@@ -107,12 +107,11 @@ WALKTHROUGH_HEAD = """# Walk-through: one sentence through the Transformer
 trains ({ne} + {nd} layers, d_model {d}, {h} heads of {dh}, d_ff {ff}, post-norm as in the
 paper), its own greedy translation read back as the target (teacher forcing). Each block shows a
 tensor's shape and the first numbers of its first row, printed by
-[`qkv.apps.explain`](../src/qkv/apps/explain.py) from the tensors qkv's own modules compute; one
-head's Q, K, scores and weights are shown in full. What it computes by hand (projections,
-scores, softmax, heads joined, each layer) is checked against the modules' outputs, and the
-logits against `model.decode`. Rows of every matrix are the queries (the tokens that attend),
-columns the keys. `qkv explain --model qkv-demo "{sentence}"` prints the same page for your
-model.
+[`qkv.apps.walkthrough`](../src/qkv/apps/walkthrough.py) from the tensors qkv's own modules compute;
+one head's Q, K, scores and weights are shown in full. What it computes by hand (projections,
+scores, softmax, heads joined, each layer) is checked against the modules' outputs, and the logits
+against `model.decode`. Rows of every matrix are the queries (the tokens that attend), columns the
+keys. `qkv explain --model qkv-demo "{sentence}"` prints the same page for your model.
 
 {made_by}
 

@@ -29,8 +29,8 @@ ALIGNED = ["A", "man", "in", "an", "orange", "hat", "star", "at", "something", "
 
 @pytest.fixture
 def heads(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import heads
+    monkeypatch.syspath_prepend(str(ROOT))  # the benchmarks package
+    from benchmarks import heads
 
     return heads
 

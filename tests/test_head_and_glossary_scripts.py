@@ -15,9 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def scripts(monkeypatch: pytest.MonkeyPatch) -> tuple:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import glossary
-    import heads
+    monkeypatch.syspath_prepend(str(ROOT))  # the benchmarks package
+    from benchmarks import glossary, heads
 
     return heads, glossary
 

@@ -167,3 +167,14 @@ def test_every_import_goes_down_the_layers_and_no_modules_import_in_a_cycle() ->
         + "\n".join(upward + unused + [f"  a cycle: {' <-> '.join(c)}" for c in found])
         + f"\nthe imports between packages:\n{describe(packages)}"
     )
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """A module's file name says what it holds and names one module: two files with one name
+    (`__init__.py` aside) would be told apart only by their folders."""
+    folders: dict[str, list[str]] = defaultdict(list)
+    for path in sorted((SRC / "qkv").rglob("*.py")):
+        if path.name != "__init__.py":
+            folders[path.name].append(str(path.parent.relative_to(SRC)))
+    repeated = {name: where for name, where in folders.items() if len(where) > 1}
+    assert not repeated, f"module names used more than once in src/qkv: {repeated}"

@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_heads_table_runs_at_two_updates(tmp_path: Path) -> None:
     run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "variants.py"), "heads", "--steps", "2",
+        [sys.executable, "-m", "benchmarks.variants", "heads", "--steps", "2",
          "--n-test", "4", "--threads", "1", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, check=False)
+        capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.splitlines()
     assert lines[0] == "### heads" and any(line.startswith("machine: ") for line in lines)
@@ -47,9 +47,9 @@ def test_the_heads_table_runs_at_two_updates(tmp_path: Path) -> None:
 def test_the_other_tables_run_at_two_updates(tmp_path: Path, table: str, extra: list[str],
                                              columns: set[str]) -> None:
     run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "variants.py"), table, "--steps", "2",
+        [sys.executable, "-m", "benchmarks.variants", table, "--steps", "2",
          "--n-test", "4", "--threads", "1", "--out", str(tmp_path), *extra],
-        capture_output=True, text=True, timeout=300, check=False)
+        capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.splitlines()[0] == f"### {table}"
     saved = json.loads((tmp_path / f"{table}.json").read_text())
@@ -67,8 +67,8 @@ def test_the_other_tables_run_at_two_updates(tmp_path: Path, table: str, extra: 
 
 def test_the_multi30k_budget_replaces_the_budget_on_multi30k_only(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import variants
+    monkeypatch.syspath_prepend(str(ROOT))  # the benchmarks package
+    from benchmarks import variants
 
     args = argparse.Namespace(table="transformer-vs-rnn", budget=120.0, steps=None,
                               multi30k_budget=480.0, check_every=50, out="unused",
@@ -104,8 +104,8 @@ def test_the_multi30k_warm_up_is_the_recipes_unless_given(monkeypatch: pytest.Mo
 
 
 def test_edit_distance_equals_the_recursive_definition(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import variants
+    monkeypatch.syspath_prepend(str(ROOT))  # the benchmarks package
+    from benchmarks import variants
 
     @functools.cache
     def levenshtein(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -122,8 +122,8 @@ def test_edit_distance_equals_the_recursive_definition(monkeypatch: pytest.Monke
 
 
 def test_a_variants_runs_make_one_row_of_medians(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import variants
+    monkeypatch.syspath_prepend(str(ROOT))  # the benchmarks package
+    from benchmarks import variants
 
     runs = [{"variant": "a", "steps": s, "params": 7, "exact_match": m, "valid_loss": v}
             for s, m, v in ((10, 50.0, 1.0), (12, 100.0, None), (11, 0.5, 3.0))]

@@ -1,4 +1,4 @@
-"""The walk-through (`qkv.apps.explain`): every step equals the model's own modules, every layer
+"""The walk-through (`qkv.apps.walkthrough`): every step equals the model's own modules, every layer
 is on the page with one head's matrices in full, and a model the page cannot show is refused in one
 line (`qkv explain` on a model directory: tests/apps/test_trace.py; docs/walkthrough.md, made by
 docs/learners_path.py: tests/apps/test_learners_path.py)."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from qkv import Transformer, TransformerConfig
-from qkv.apps.explain import walkthrough
+from qkv.apps.walkthrough import walkthrough
 
 
 def test_a_model_the_page_cannot_show_is_refused() -> None:

@@ -2,13 +2,13 @@
 
 One decoding step's self-attention of 32 sentences (the base shape: 8 heads of 64, 32 positions
 held, one query each), compiled as the captured step compiles it (TorchInductor, C++ wrapper,
-symbolic shapes) from `qkv.runtime.attention.grouped_attention`, keys and values read in their
+symbolic shapes) from `qkv.runtime.decoding_attention.grouped_attention`, keys and values read in their
 cached dtype and cast up to float32. Timed two ways: one layer's keys and values called again and
 again (they stay in the CPU's caches), and twelve layers' worth taking turns, as the six decoder
 layers' self- and cross-attention do in a step (past a 32 MB L3 in float32).
 
-    python benchmarks/investigations/cache_dtype.py              # one thread
-    python benchmarks/investigations/cache_dtype.py --threads 2
+    python -m benchmarks.investigations.cache_dtype              # one thread
+    python -m benchmarks.investigations.cache_dtype --threads 2
 
 Each time is the median of 30 passes after one warm-up pass over all twelve.
 """
@@ -16,17 +16,13 @@ Each time is the median of 30 passes after one warm-up pass over all twelve.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-from qkv.runtime.attention import grouped_attention
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
-import common
+from benchmarks import common
+from qkv.runtime.decoding_attention import grouped_attention
 
 ROWS, POSITIONS, LAYERS = 32, 32, 12
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bf16": torch.bfloat16}

@@ -2,11 +2,11 @@
 `qkv.runtime.captured`): milliseconds per step, the operators torch runs per step, and what the
 first call costs (the compilation).
 
-    python benchmarks/investigations/captured_step.py [--threads 1]
-    python benchmarks/investigations/captured_step.py --int8-split 8   # the int8 kinds only
-    python benchmarks/investigations/captured_step.py --kernel-split 8 # qkv's int8 kernel or not
-    python benchmarks/investigations/captured_step.py --products       # the products only
-    python benchmarks/investigations/captured_step.py --attention      # the attention kernel only
+    python -m benchmarks.investigations.captured_step [--threads 1]
+    python -m benchmarks.investigations.captured_step --int8-split 8   # the int8 kinds only
+    python -m benchmarks.investigations.captured_step --kernel-split 8 # qkv's int8 kernel or not
+    python -m benchmarks.investigations.captured_step --products       # the products only
+    python -m benchmarks.investigations.captured_step --attention      # the attention kernel only
 
 Each path decodes the same 8 sources one at a time, 30 tokens forced; per step = median of 3 runs
 over 240 tokens (the encoder's share included). Each path's outputs are compared with the first's
@@ -18,15 +18,12 @@ the few operators around it).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import common  # benchmarks/common.py
+from benchmarks import common
 
 TOKENS = 30
 
@@ -151,8 +148,8 @@ def int8_split(rounds: int) -> None:
 
     from torch import nn
 
-    from qkv.runtime.attention import use_decoding_attention
     from qkv.runtime.captured import Int8Linear, capture_decoder
+    from qkv.runtime.decoding_attention import use_decoding_attention
     from qkv.runtime.prepare import prepare_for_decoding
     from qkv.runtime.swap import replace_modules
 

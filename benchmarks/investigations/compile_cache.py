@@ -1,7 +1,7 @@
 """What a captured step (`--capture`) costs to compile in a new process: with TorchInductor's
 on-disk cache empty, then filled by the run before.
 
-    python benchmarks/investigations/compile_cache.py [--threads 1] [--int8] [--runs 3]
+    python -m benchmarks.investigations.compile_cache [--threads 1] [--int8] [--runs 3]
 
 Each run is a new Python process on the base shape (`common.base_model`): the model prepared with
 `capture=True`, then timed: the first greedy decoding of one source (it compiles the one-row
@@ -20,10 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import common  # benchmarks/common.py
+from benchmarks import common
 
 TOKENS = 30
 
@@ -68,7 +66,8 @@ def main() -> None:
         return
     print(common.describe(common.machine(), common.versions("torch")), end="")
     print(f"; {args.threads} threads; {'int8' if args.int8 else 'fp32'}")
-    command = [sys.executable, __file__, "--child", "--threads", str(args.threads)]
+    command = [sys.executable, "-m", "benchmarks.investigations.compile_cache", "--child"]
+    command += ["--threads", str(args.threads)]
     command += ["--int8"] if args.int8 else []
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "PYTHONWARNINGS": "ignore"}

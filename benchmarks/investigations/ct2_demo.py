@@ -1,7 +1,7 @@
 """The demo model in CTranslate2 with int8 weights: does it keep the demo's exact match?
 
-    python benchmarks/investigations/ct2_demo.py                   # trains the demo first (~75 s)
-    python benchmarks/investigations/ct2_demo.py --model qkv-demo  # a directory `qkv demo` wrote
+    python -m benchmarks.investigations.ct2_demo                   # trains the demo first (~75 s)
+    python -m benchmarks.investigations.ct2_demo --model qkv-demo  # a directory `qkv demo` wrote
 
 Exports the demo model with `qkv export ctranslate2 --quantization int8`, translates the demo's
 test numbers (every 1- and 2-digit number, and held-out numbers of 3 to 6 digits) greedily with qkv

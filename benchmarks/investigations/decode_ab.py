@@ -5,7 +5,7 @@ Run it alternately against two checkouts, each in a fresh process, so that only 
 
     git worktree add /tmp/before <commit>
     for i in 1 2; do for tree in /tmp/before/src src; do
-        PYTHONPATH=$tree python benchmarks/investigations/decode_ab.py --search beam --batch 32 \
+        PYTHONPATH=$tree python -m benchmarks.investigations.decode_ab --search beam --batch 32 \
             --workers 2 --tag $tree
     done; done
 
@@ -27,19 +27,15 @@ where the time of one batch goes instead (torch.profiler, operators by self time
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from benchmarks import common
 from qkv.decode.search import beam_search, greedy
 from qkv.runtime.prepare import prepare_for_decoding
 from qkv.runtime.workers import ForkedWorkers, map_in_workers
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
-import common
 
 
 def add_path_options(parser: argparse.ArgumentParser) -> None:

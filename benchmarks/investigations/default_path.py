@@ -1,7 +1,7 @@
 """The default decoding path on this CPU (`qkv.runtime.choice`): what the calibration measures and
 chooses for the base shape, and every path's end-to-end greedy speed at batch 1 and batch 32.
 
-    python benchmarks/investigations/default_path.py
+    python -m benchmarks.investigations.default_path
 
 The calibration runs in a fresh cache (a temporary QKV_CACHE_DIR) and prints its line. Then each
 path decodes 25-token sources with 30 forced tokens: 8 sentences one at a time, and 64 in batches
@@ -11,13 +11,10 @@ of 32; tokens/s = median of 3 runs.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import common  # benchmarks/common.py
+from benchmarks import common
 
 TOKENS = 30
 

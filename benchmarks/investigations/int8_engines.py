@@ -6,24 +6,20 @@ library this CPU has (fbgemm, oneDNN): the encoder's and the memory projections 
 prints those times (ms for one pass over the group's layers) and each group's verdict, measured
 afresh (nothing read from or written to the verdict cache):
 
-    python benchmarks/investigations/int8_engines.py --threads 1
+    python -m benchmarks.investigations.int8_engines --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
+from benchmarks import common
 from qkv.model.transformer import Transformer
 from qkv.runtime import quantize
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
-import common
 
 
 def main() -> None:

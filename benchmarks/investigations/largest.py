@@ -1,7 +1,7 @@
 """The search's reductions: torch's `max(-1)` and `topk` against `qkv.decode.largest`, in µs (median
 of --repeats calls), on random log-probs of the shapes a decoding step makes.
 
-    python benchmarks/investigations/largest.py --threads 1
+    python -m benchmarks.investigations.largest --threads 1
 
 Greedy decoding picks each row's largest of V (rows = sentences); beam search the 2 beam largest of
 a sentence's beam V candidates (rows = sentences). Every answer is checked against torch's.

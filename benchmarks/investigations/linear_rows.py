@@ -6,7 +6,7 @@ output (512 x 512 each), the FFN (512 x 2048, 2048 x 512); then the output proje
 This times those products alone, on one thread (a worker process's setting), with the kernels
 decoding uses: packed float32 and bf16 (`PackedLinear`) and dynamic int8 (`quantize_int8`).
 
-    python benchmarks/investigations/linear_rows.py
+    python -m benchmarks.investigations.linear_rows
 
 M = 1, 8, 16, 32, 64, 128; each time is the median of 15 passes after 3 warm-up passes. Rows per
 second that grow with M mean the weights' traffic bounds the step; rows per second that stop
@@ -15,17 +15,12 @@ growing mean the kernel's arithmetic does (GFLOP/s printed next to each).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 from torch import nn
 
+from benchmarks import common
 from qkv.runtime.packed import PackedLinear
 from qkv.runtime.quantize import quantize_int8
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
-import common
 
 D, FF = common.D_MODEL, common.D_FF
 LAYER = [(D, 3 * D), (D, D), (D, D), (D, D), (D, FF), (FF, D)]  # (in, out) in one decoder layer

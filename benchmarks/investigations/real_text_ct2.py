@@ -1,7 +1,7 @@
 """A trained model translating a real test set: qkv against CTranslate2 on the same weights, lines/s
 and BLEU, each engine in the layouts of two cores it offers.
 
-    python benchmarks/investigations/real_text_ct2.py --model M \\
+    python -m benchmarks.investigations.real_text_ct2 --model M \\
         --src ../shared/data/multi30k/test_2016_flickr.en.gz \\
         --ref ../shared/data/multi30k/test_2016_flickr.de.gz
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,8 +28,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
-import common
+from benchmarks import common
 
 QKV_ROWS = [  # (label, RuntimeOptions fields): two cores each
     ("int8 captured, 2 workers", dict(quantize="int8", capture=True, workers=2)),
@@ -58,7 +56,7 @@ def qkv_rows(args: argparse.Namespace, lines: list[str], report: Report) -> Any:
     """Time qkv's `Translator` in each of QKV_ROWS' settings; its tokenizer."""
     from qkv.apps.translator import Translator
     from qkv.decode.options import DecodeOptions
-    from qkv.runtime.options import RuntimeOptions
+    from qkv.runtime.runtime_options import RuntimeOptions
 
     tokenizer = None
     for label, fields in QKV_ROWS:

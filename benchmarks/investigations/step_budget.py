@@ -1,8 +1,8 @@
 """Where a batch-1 decoding step of the base shape goes on this CPU: the linear layers against the
 rest, and the linear layers against what the memory and the matmul kernels allow.
 
-    python benchmarks/investigations/step_budget.py              # torch's threads (one per core)
-    python benchmarks/investigations/step_budget.py --threads 1
+    python -m benchmarks.investigations.step_budget              # torch's threads (one per core)
+    python -m benchmarks.investigations.step_budget --threads 1
 
 At batch 1 greedy, each decoder step multiplies one row by every weight matrix the step uses (per
 layer: the fused self-attention q, k, v, its output, the cross-attention query and output, the two
@@ -27,21 +27,17 @@ the fixed cost of each call. Four measurements, on the workload of `speed.py`'s 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from benchmarks import common
 from qkv.decode.search import greedy
 from qkv.runtime.packed import PackedLinear
 from qkv.runtime.prepare import prepare_for_decoding
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
-import common
 
 LINEARS = (nn.Linear, PackedLinear, torch.ao.nn.quantized.dynamic.Linear)
 D_MODEL, D_FF = 512, 2048

@@ -3,10 +3,10 @@
 How the allocator and oneDNN's primitive cache behave over batch shapes (docs/benchmarks.md,
 "Training memory"):
 
-    python benchmarks/investigations/train_shapes.py fixed 14 --tokens 8192
-    python benchmarks/investigations/train_shapes.py varied 160 --tokens 2048
+    python -m benchmarks.investigations.train_shapes fixed 14 --tokens 8192
+    python -m benchmarks.investigations.train_shapes varied 160 --tokens 2048
     LD_PRELOAD=libtcmalloc_minimal.so.4 \
-        python benchmarks/investigations/train_shapes.py fixed 14 --tokens 8192 --glibc default
+        python -m benchmarks.investigations.train_shapes fixed 14 --tokens 8192 --glibc default
 
 "fixed" trains on one shape (256 x 32 tokens at --tokens 8192), "varied" on a new (rows, S, T)
 nearly every step. Freed memory is kept (`keep_freed_memory`, as `qkv train` sets it) unless

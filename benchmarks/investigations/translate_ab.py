@@ -3,7 +3,7 @@
 
     git worktree add /tmp/before <commit>
     for i in 1 2; do for tree in /tmp/before/src src; do
-        PYTHONPATH=$tree python benchmarks/investigations/translate_ab.py --model M \
+        PYTHONPATH=$tree python -m benchmarks.investigations.translate_ab --model M \
             --src ../shared/data/multi30k/test_2016_flickr.en.gz --quantize int8 --capture \
             --beam 4 --tag $tree
     done; done
@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
+from benchmarks import common
 from qkv.apps.translator import Translator
 from qkv.data.corpus import read_lines
 from qkv.decode.options import DecodeOptions
-from qkv.runtime.options import RuntimeOptions
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common.py
-import common
+from qkv.runtime.runtime_options import RuntimeOptions
 
 
 def main() -> None:

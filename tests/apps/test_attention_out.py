@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from qkv.apps.cli import main
-from qkv.apps.commands import attention as attention_command
+from qkv.apps.commands import attention_command
 from sentences import EN  # tests/sentences.py
 
 # a random model rarely stops by itself: a short limit keeps the heatmaps small

@@ -148,7 +148,7 @@ def test_decoding_flags_agree_across_commands() -> None:
     `qkv serve` and `qkv generate` take it: in serve's request model (None there: the server's
     options, which serve's flags make) and among generate's flags (defaults: its GENERATE)."""
     pytest.importorskip("fastapi")
-    from qkv.apps.generate import GENERATE
+    from qkv.apps.generator import GENERATE
     from qkv.apps.server.routes.native import NativeRequest
 
     parser = build_parser()

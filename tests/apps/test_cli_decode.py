@@ -14,14 +14,14 @@ import torch
 
 from qkv import Transformer, TransformerConfig
 from qkv.apps.cli import main
-from qkv.apps.commands.translate import RESTART_LINES
+from qkv.apps.commands.translate_command import RESTART_LINES
 from qkv.apps.evaluate import tokenize_lowercase
 from qkv.apps.translator import Translator
 from qkv.data.tokenizer import SubwordTokenizer
 from qkv.decode.options import DecodeOptions
 from qkv.modeldir import save_model_dir
-from qkv.runtime.options import RuntimeOptions
 from qkv.runtime.process import tcmalloc_library
+from qkv.runtime.runtime_options import RuntimeOptions
 from sentences import EN, ZH  # tests/sentences.py
 
 FAST = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "4"]  # short outputs keep the tests fast

@@ -12,9 +12,9 @@ from PIL import Image
 
 from qkv.apps.cli import main
 from qkv.apps.figures import ALL_FIGURES, make_figures
-from qkv.apps.figures.attention import NORMS, draw_norms
+from qkv.apps.figures.attention_figures import NORMS, draw_norms
 from qkv.apps.figures.cost import crossover_length, layer_flops
-from qkv.apps.figures.positions import (
+from qkv.apps.figures.position_figures import (
     draw_rope_score,
     offset_steps,
     rises,

@@ -12,7 +12,7 @@ import pytest
 
 from qkv.apps.translator import Translator
 from qkv.decode.options import DecodeOptions
-from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.runtime_options import RuntimeOptions
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

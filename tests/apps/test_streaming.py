@@ -13,8 +13,7 @@ import pytest
 
 from qkv.apps import translator as translator_module
 from qkv.apps.cli import main
-from qkv.apps.commands import evaluate as evaluate_command
-from qkv.apps.commands import translate as translate_command
+from qkv.apps.commands import evaluate_command, translate_command
 from qkv.apps.commands._io import Output
 from qkv.apps.evaluate import CorpusScorer, bleu, chrf, tokenize_lowercase, tokenized_bleu
 from qkv.apps.translator import Translator

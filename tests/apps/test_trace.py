@@ -91,7 +91,7 @@ def test_the_demo_models_trace_ends_in_qkv_translate(short_demo, beam: int, caps
     """On the trained demo model, the trace of `qkv translate --trace --beam N` ends in the
     translation `qkv translate --beam N` writes (docs/decoding.md shows these traces)."""
     from qkv.apps.cli import main
-    from qkv.runtime.options import RuntimeOptions
+    from qkv.runtime.runtime_options import RuntimeOptions
 
     model = str(short_demo.out_dir)
     translator = Translator.load(model, RuntimeOptions(precision="fp32", pack=True))

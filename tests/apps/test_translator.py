@@ -19,8 +19,8 @@ from qkv.decode import beam_search, greedy, sample
 from qkv.decode.ensemble import Ensemble
 from qkv.decode.options import DecodeOptions
 from qkv.modeldir import save_model_dir
-from qkv.runtime.options import RuntimeOptions
 from qkv.runtime.packed import packing_available
+from qkv.runtime.runtime_options import RuntimeOptions
 from qkv.runtime.workers import can_fork
 from sentences import EN, ZH  # tests/sentences.py
 from tiny_models import EndingTransformer, tiny_config

@@ -19,7 +19,7 @@ from marian_models import SHA, hub_cache
 from qkv.apps.translator import Translator
 from qkv.interop.hub import is_hub_name, split_name
 from qkv.interop.marian import convert_marian
-from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.runtime_options import RuntimeOptions
 
 
 def qkv(tmp: Path, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:

@@ -33,7 +33,7 @@ from qkv.interop.marian import (  # noqa: E402
 )
 from qkv.model.positions import sinusoid_table  # noqa: E402
 from qkv.modeldir import load_languages, load_model_dir  # noqa: E402
-from qkv.runtime.options import RuntimeOptions  # noqa: E402
+from qkv.runtime.runtime_options import RuntimeOptions  # noqa: E402
 
 PAD, BOS, EOS, V = 0, 2, 3, 96
 TEXTS = ["A man reads 3 newspapers in the park.", "Café crème, naïve façade: déjà vu!", "東京で2024年に会いましょう。",

@@ -44,9 +44,9 @@ def entropy(weights: torch.Tensor) -> float:
 
 
 def measured(command: str, variant: str, data: str | None = None) -> dict[str, str]:
-    """One row of the table under `python benchmarks/variants.py <command>` in docs/concepts.md."""
+    """One row of the table under `python -m benchmarks.variants <command>` in docs/concepts.md."""
     text = CONCEPTS.read_text(encoding="utf-8")
-    section = text[text.index(f"benchmarks/variants.py {command} ") :]
+    section = text[text.index(f"benchmarks.variants {command} ") :]
     lines = [line for line in section.splitlines() if line.startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     for line in lines[2:]:

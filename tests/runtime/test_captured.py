@@ -32,8 +32,8 @@ from qkv.runtime.int8_choice import (
     onednn_int8_available,
     onednn_rows_faster,
 )
-from qkv.runtime.options import RuntimeOptions
 from qkv.runtime.prepare import prepare_for_decoding
+from qkv.runtime.runtime_options import RuntimeOptions
 from tiny_models import batch, random_sources, tiny_config, tiny_model
 
 pytestmark = pytest.mark.slow  # each captured model compiles once (seconds)

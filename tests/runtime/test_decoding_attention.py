@@ -1,4 +1,4 @@
-"""The decoding attention kernels (`qkv.runtime.attention`) against the plain model and F.sdpa."""
+"""The decoding attention kernels (`qkv.runtime.decoding_attention`) against the plain model and F.sdpa."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from qkv import Transformer, TransformerConfig
 from qkv.model import AttentionWeights, MultiHeadedAttention
 from qkv.model.masks import padding_mask
-from qkv.runtime.attention import DecodingAttention, use_decoding_attention
+from qkv.runtime.decoding_attention import DecodingAttention, use_decoding_attention
 
 S, D, H = 7, 32, 4
 

@@ -18,10 +18,14 @@ from qkv.apps.translator import Translator
 from qkv.model import MultiHeadedAttention
 from qkv.model.masks import padding_mask
 from qkv.runtime import precision as P
-from qkv.runtime.attention import FEW_QUERY_MIN_ROWS_BF16, DecodingAttention, use_decoding_attention
-from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.decoding_attention import (
+    FEW_QUERY_MIN_ROWS_BF16,
+    DecodingAttention,
+    use_decoding_attention,
+)
 from qkv.runtime.packed import PackedLinear, packing_available
 from qkv.runtime.prepare import prepare_for_decoding
+from qkv.runtime.runtime_options import RuntimeOptions
 from tiny_models import batch, random_sources, tiny_model
 
 # /proc/cpuinfo excerpts: an AVX-512 CPU with bf16 (AMD Zen 4), one with AMX (Sapphire Rapids), one without

@@ -9,7 +9,7 @@ from torch import nn
 
 from qkv import Transformer
 from qkv.model import MultiHeadedAttention
-from qkv.runtime.attention import DecodingAttention, use_decoding_attention
+from qkv.runtime.decoding_attention import DecodingAttention, use_decoding_attention
 from qkv.runtime.swap import rebuilt_as, replace_modules
 from qkv.runtime.training import MaskDropout
 from tiny_models import tiny_config

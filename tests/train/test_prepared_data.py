@@ -1,4 +1,4 @@
-"""Prepared training data (qkv.train.prepare, qkv.data.store, qkv.data.ondisk): made once,
+"""Prepared training data (qkv.train.prepared_data, qkv.data.store, qkv.data.ondisk): made once,
 memory-mapped, equal to encoding the files in memory, reused by fingerprint, never used
 half-written."""
 
@@ -17,9 +17,8 @@ import pytest
 from qkv.data.corpus import DataError, clean, load_parallel
 from qkv.data.store import built_once
 from qkv.data.tokenizer import SubwordTokenizer
-from qkv.train import load_train_config
-from qkv.train import prepare as prepare_module
-from qkv.train.prepare import filter_long, prepare_data
+from qkv.train import load_train_config, prepared_data
+from qkv.train.prepared_data import filter_long, prepare_data
 from qkv.train.tasks.base import fingerprint
 
 WORDS = ["a", "man", "rides", "the", "green", "bike", "over", "grass", "in", "berlin", "with", "his", "dog", "and", "a", "cat", "runs"]
@@ -53,7 +52,7 @@ def test_prepared_ids_equal_encoding_the_files_in_memory(tmp_path: Path, monkeyp
     the prepared path (in chunks of 7 pairs) gives the same tokenizer, ids, pairs and
     fingerprints."""
     files = write_corpus(tmp_path / "data", gz=True)
-    monkeypatch.setattr(prepare_module, "CHUNK", 7)
+    monkeypatch.setattr(prepared_data, "CHUNK", 7)
     data = prepare_data(config(files, tmp_path / "prep"), tmp_path / "run", train_tokenizer=True)
 
     corpus, report = clean(load_parallel(files["train_src"], files["train_tgt"]))
@@ -194,7 +193,7 @@ def test_a_full_disk_while_preparing_is_one_line_and_leaves_nothing(tmp_path: Pa
     def full(self: Any, texts: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(root / ".x.tmp" / "src.bin"))
 
-    monkeypatch.setattr(prepare_module.SequenceWriter, "add_texts", full)
+    monkeypatch.setattr(prepared_data.SequenceWriter, "add_texts", full)
     with pytest.raises(DataError, match=f"cannot write prepared data under {root}: the disk is full"):
         prepare_data(config(files, root), tmp_path / "a", train_tokenizer=True)
     assert all(p.suffix == ".lock" for p in root.iterdir())

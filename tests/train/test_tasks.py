@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import load_file
 
 from qkv import DecoderOnly, TransformerConfig
-from qkv.apps.classify import Classifier
+from qkv.apps.classifier import Classifier
 from qkv.apps.cli import main
-from qkv.apps.generate import GENERATE, Generator
+from qkv.apps.generator import GENERATE, Generator
 from qkv.data.tokenizer import SubwordTokenizer
 from qkv.decode.search import beam_search
 from qkv.model.rnn import RNNSearch

@@ -358,7 +358,7 @@ def test_subword_dropout_draws_a_new_segmentation_every_epoch(tmp_path: Path, re
 
 def test_lowercase_equals_training_on_lowercased_files(tmp_path: Path) -> None:
     """`lowercase: true` on cased files gives the data of a plain run on files lowercased beforehand."""
-    from qkv.train.prepare import EncodedData, prepare_data
+    from qkv.train.prepared_data import EncodedData, prepare_data
 
     words = ["A", "Man", "runs", "over", "the", "Green", "grass", "In", "Berlin", "with", "ÄRGER"]
     lines = [" ".join(words[(i + j) % len(words)] for j in range(3 + i % 5)) for i in range(60)]

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qkv", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        command = importlib.import_module(f".commands.{name}", __package__)
+        command = importlib.import_module(f".commands.{name}_command", __package__)
         p = sub.add_parser(
             name,
             help=command.HELP,

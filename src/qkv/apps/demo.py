@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ..data.synthetic import synthetic_splits
 from ..decode.options import DecodeOptions
-from ..runtime.options import RuntimeOptions
 from ..runtime.process import configure_process
+from ..runtime.runtime_options import RuntimeOptions
 from ..train import TrainConfig, Trainer, load_train_config
 from .translator import Translator
 
@@ -109,7 +109,7 @@ def run_language_demo(
     score greedy translations of test_2016_flickr (its first `test_sentences`; default all) and
     draw the attention of its first sentence. `overrides` change any key of LANGUAGE_RECIPE."""
     from ..data.named import load_named, tokenized_reference_path
-    from .attention import write_attention
+    from .attention_maps import write_attention
     from .evaluate import score
 
     start = time.perf_counter()

@@ -46,9 +46,9 @@ from ..model import Transformer
 from ..model.rnn import RNNSearch
 from ..modeldir import load_languages, load_model_dir
 from ..runtime.choice import choose_decoding_path
-from ..runtime.options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ..runtime.prepare import prepare_for_decoding
 from ..runtime.quantize import int8_engine_note
+from ..runtime.runtime_options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
 from .glossary import Glossary, check_search, joining_pieces
 from .translation import Extras, Translation, translation_of

@@ -17,7 +17,7 @@ PyTorch's fused `F.scaled_dot_product_attention`, used by `MultiHeadedAttention`
 scores whenever the weights are not asked for (`fused = True`, nanoGPT's `flash` switch; set it to
 False to run the readable path everywhere). `per_head_attention` is the literal reference: one head
 at a time. Faster kernels for decoding (few queries per row, beams sharing a memory row) live in
-`qkv.runtime.attention` and are swapped in from outside by `qkv.runtime.prepare`.
+`qkv.runtime.decoding_attention` and are swapped in from outside by `qkv.runtime.prepare`.
 
 A model, a stack or a layer hands out its attention weights, every layer and head, when it is given
 an `AttentionWeights` to fill (`weights=`): the one way to ask for them (no hooks).
@@ -306,7 +306,7 @@ class MultiHeadedAttention(nn.Module):
         q (B, H, T, Dh), k/v (B_m, H_kv, S, Dh) -> (B, H, T, Dh), and the weights or None. B_m = B,
         or B / g when g consecutive query rows share a memory row (beam search's g beams of a
         sentence): the plain model repeats each memory row for its g rows (`repeat_memory_rows`),
-        `qkv.runtime.attention` stacks their queries instead.
+        `qkv.runtime.decoding_attention` stacks their queries instead.
         """
         if k.size(0) != q.size(0):
             k, v, mask = repeat_memory_rows(q.size(0), k, v, mask)

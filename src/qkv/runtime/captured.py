@@ -34,7 +34,7 @@ from ..model.attention import AttentionWeights, DotProductScore, MultiHeadedAtte
 from ..model.cache import DecoderCache
 from ..model.layers import SublayerConnection
 from ..model.transformer import Decoder
-from .attention import grouped_attention
+from .decoding_attention import grouped_attention
 from .int8_choice import kernel_rows_faster, onednn_rows_faster
 from .kernels import decoding_attention, int8_linear, pack_int8_weight
 from .quantize import many_row_layers, quantize_int8_measured

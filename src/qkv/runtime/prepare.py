@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import use_decoding_attention
 from .captured import INT8_KV_DTYPE, capture_decoder, int8_linears
+from .decoding_attention import use_decoding_attention
 from .packed import pack_linear_weights, packing_available
 from .precision import check_precision, resolve_precision
 from .quantize import QUANTIZATIONS, quantize_int8_measured
@@ -27,9 +27,9 @@ def prepare_for_decoding(
 ) -> nn.Module:
     """The model as decoding runs it, changed in place and put in eval mode.
 
-    Always: the decoding attention kernels (`runtime.attention`). Then quantize="int8" swaps the
-    linear layers for int8 ones (`runtime.quantize`); otherwise pack=True (or None on a CPU where
-    torch packs weights of the model's dtype) packs the linear weights for oneDNN
+    Always: the decoding attention kernels (`runtime.decoding_attention`). Then quantize="int8"
+    swaps the linear layers for int8 ones (`runtime.quantize`); otherwise pack=True (or None on a
+    CPU where torch packs weights of the model's dtype) packs the linear weights for oneDNN
     (`runtime.packed`); pack=False leaves nn.Linear. The prepared model still gives attention
     weights on request (an `AttentionWeights` passed to it); with float32 weights, packed or not,
     they equal the plain model's.

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..data.corpus import clean, load_parallel
 from ..data.tokenizer import SubwordTokenizer
-from .prepare import filter_long
+from .prepared_data import filter_long
 from .recipe import TrainConfig
 
 log = logging.getLogger("qkv.train")

@@ -147,7 +147,7 @@ class Trainer:
 
     @property
     def data(self) -> Any:
-        """The task's encoded data (translation: `qkv.train.prepare.EncodedData`)."""
+        """The task's encoded data (translation: `qkv.train.prepared_data.EncodedData`)."""
         return self.task.data
 
     # --- setup ---------------------------------------------------------------------------------

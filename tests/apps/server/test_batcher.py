@@ -13,7 +13,7 @@ import pytest
 from qkv.apps.server import Batcher, Job, QueueFull
 from qkv.apps.translator import Translator
 from qkv.decode.options import DecodeOptions
-from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.runtime_options import RuntimeOptions
 from sentences import EN  # tests/sentences.py
 
 SHORT = DecodeOptions(beam=2, max_len_b=6)

@@ -1,6 +1,7 @@
 """The commands of `qkv`, one module each (`qkv.apps.cli` builds the parser and runs them).
 
-A command's module has:
+The module of command NAME is `NAME_command.py` (`qkv translate`: `translate_command.py`), so that
+no module name in qkv repeats; it has:
 
     HELP                 its line in `qkv --help`
     DESCRIPTION          (optional) the text atop `qkv COMMAND --help`

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from ...decode.options import OPTION_TYPES, DecodeOptions, option_names
-from ...runtime.options import RuntimeOptions
 from ...runtime.precision import PRECISIONS
 from ...runtime.process import restart_with_tcmalloc
 from ...runtime.quantize import QUANTIZATIONS
+from ...runtime.runtime_options import RuntimeOptions
 from ..glossary import Glossary
 
 _FIELDS = {f.name: f for f in dataclasses.fields(DecodeOptions)}

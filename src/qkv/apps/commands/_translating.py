@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 from ...decode.alignment import format_alignment
 from ...decode.options import DecodeOptions
-from ...runtime.options import RuntimeOptions
 from ...runtime.process import configure_process
+from ...runtime.runtime_options import RuntimeOptions
 from ..documents import Pieces, split_sentences
 from ..glossary import Glossary
 from ..html import HtmlDocument

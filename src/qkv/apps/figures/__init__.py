@@ -21,7 +21,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from PIL import Image
 
-from .attention import (
+from .attention_figures import (
     draw_masks,
     draw_nadaraya_watson,
     draw_norms,
@@ -30,8 +30,8 @@ from .attention import (
 )
 from .common import DPI, seeded
 from .cost import draw_complexity, draw_schedule
-from .demo import draw_demo_attention, train_demo_model
-from .positions import (
+from .demo_figure import draw_demo_attention, train_demo_model
+from .position_figures import (
     draw_relative_positions,
     draw_rope_score,
     draw_sinusoid_dot,

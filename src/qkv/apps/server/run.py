@@ -28,7 +28,7 @@ from fastapi import FastAPI
 from ...decode.options import DecodeOptions
 from ...interop.hub import resolve_model
 from ...modeldir import load_languages
-from ...runtime.options import RuntimeOptions
+from ...runtime.runtime_options import RuntimeOptions
 from ..translator import Translator
 from .service import ServedModel, Stopped
 

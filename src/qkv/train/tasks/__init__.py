@@ -24,9 +24,15 @@ from __future__ import annotations
 
 from ..recipe import TrainConfig
 from .base import Task, TextBatch, TextData, fingerprint, key_generator
-from .classify import ClassificationTask, accuracy_and_macro_f1
-from .text import LanguageModelTask, MaskedLMTask, load_texts, mask_tokens, train_text_tokenizer
-from .translation import TranslationTask
+from .classification_task import ClassificationTask, accuracy_and_macro_f1
+from .text_tasks import (
+    LanguageModelTask,
+    MaskedLMTask,
+    load_texts,
+    mask_tokens,
+    train_text_tokenizer,
+)
+from .translation_task import TranslationTask
 
 TASKS: dict[str, type[Task]] = {
     "translate": TranslationTask,

@@ -23,7 +23,7 @@ from ..freeze import freeze
 from ..init import InitModel, load_init
 from ..loss import TranslationLoss
 from ..mix import GeneralPairs, Joined, load_general
-from ..prepare import (
+from ..prepared_data import (
     EncodedData,
     prepare_data,
     sample_segmentation,
@@ -41,7 +41,7 @@ VALID_DECODING = DecodeOptions(beam=1)
 
 
 class TranslationTask(Task[Pairs, Batch]):
-    """The encoder-decoder of the paper on parallel text (qkv.train.prepare)."""
+    """The encoder-decoder of the paper on parallel text (qkv.train.prepared_data)."""
 
     noun = "training pairs"
     metrics = ("valid_loss", "valid_ppl", "valid_bleu")

@@ -19,7 +19,7 @@ from ...model import EncoderOnly
 from ...modeldir import WEIGHTS_FILE, CheckpointError, load_config, load_weights
 from ..loss import ClassificationLoss
 from .base import TextBatch, TextData
-from .text import TextTask, text_tokenizer
+from .text_tasks import TextTask, text_tokenizer
 
 log = logging.getLogger("qkv.train")
 

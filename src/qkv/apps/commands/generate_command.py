@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ...decode.options import MAX_OUTPUT_TOKENS
-from ...runtime.options import check_device
-from ..generate import GENERATE
+from ...runtime.runtime_options import check_device
+from ..generator import GENERATE
 from ._flags import SAMPLING, add_decoding_arguments, add_flag, decode_options
 from ._io import Output, read_input_lines
 
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..generate import Generator
+    from ..generator import Generator
 
     if not 0 <= args.max_new_tokens <= MAX_OUTPUT_TOKENS:
         raise ValueError(f"--max-new-tokens must be between 0 and {MAX_OUTPUT_TOKENS}")

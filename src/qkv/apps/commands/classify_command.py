@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...runtime.options import check_device
+from ...runtime.runtime_options import check_device
 from ._flags import add_flag, add_flags
 from ._io import Output, read_input_lines
 
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..classify import Classifier
+    from ..classifier import Classifier
 
     check_device(args.device)
     lines = read_input_lines(args.input)

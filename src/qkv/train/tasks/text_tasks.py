@@ -22,7 +22,7 @@ from ...data.tokenizer import SubwordTokenizer
 from ...model import DecoderOnly, EncoderOnly
 from ..init import InitModel, load_init
 from ..loss import LanguageModelLoss, MaskedLMLoss
-from ..prepare import (
+from ..prepared_data import (
     load_corpora,
     validation_split,
 )

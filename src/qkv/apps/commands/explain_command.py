@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...runtime.options import RuntimeOptions
-from ..explain import explain_sentence
+from ...runtime.runtime_options import RuntimeOptions
 from ..translator import Translator
+from ..walkthrough import explain_sentence
 
 HELP = "one sentence through the model, every tensor's shape and numbers (Markdown)"
 

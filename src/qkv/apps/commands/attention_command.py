@@ -23,7 +23,7 @@ DESCRIPTION = (
     "Translate each sentence, then write the attention weights of every layer and head (encoder "
     "self-attention, decoder self-attention, cross-attention) to OUT/attention.json and draw them "
     "as PNG heatmaps with the tokens as labels. With several sentences, attention.json holds a "
-    "list and each sentence's PNGs lie in OUT/N/. The format: `qkv.apps.attention`."
+    "list and each sentence's PNGs lie in OUT/N/. The format: `qkv.apps.attention_maps`."
 )
 
 
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..attention import check_out, write_attention
+    from ..attention_maps import check_out, write_attention
 
     options = decode_options(args)
     if len(args.model) > 1:

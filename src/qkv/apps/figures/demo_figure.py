@@ -45,7 +45,7 @@ SCALE_WORDS = ("thousand", "hundred")  # words the number's length decides, not 
 
 def draw_demo_attention(model_dir: Path) -> tuple[Figure, str]:
     from ...decode.options import DecodeOptions
-    from ...runtime.options import RuntimeOptions
+    from ...runtime.runtime_options import RuntimeOptions
     from ..plots import heatmap
     from ..translator import Translator
 
