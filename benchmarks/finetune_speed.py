@@ -2,8 +2,8 @@
 on a random-weight model of OPUS-MT's base shape (6 + 6 layers, d_model 512, 58,101 joint tokens).
 
     pip install -e '.[bench]'
-    python benchmarks/finetune_speed.py --data-dir ../shared/data     # docs/benchmarks.md's table
-    python benchmarks/finetune_speed.py --quick --corpus synthetic     # a smoke run (tiny model)
+    python -m benchmarks.finetune_speed --data-dir ../shared/data     # docs/benchmarks.md's table
+    python -m benchmarks.finetune_speed --quick --corpus synthetic     # a smoke run (tiny model)
 
 It writes a Marian directory (benchmarks/finetune_setup.py) and the training pairs (the first
 --pairs English-German pairs of Multi30k, or synthetic ones), takes the batches that `qkv train`
@@ -43,9 +43,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import common  # benchmarks/common.py (the script's folder is on sys.path)
-import finetune_setup  # benchmarks/finetune_setup.py
-from speed_tables import markdown
+from benchmarks import common, finetune_setup
+from benchmarks.speed_tables import markdown
 
 ENV = {
     **os.environ,
@@ -161,7 +160,8 @@ def measure(
         env = ENV
     else:
         spec = {"dropout": args.dropout, "precision": args.precision}
-        command = [sys.executable, __file__, "--worker", json.dumps(spec), "--workdir", str(work)]
+        command = [sys.executable, "-m", "benchmarks.finetune_speed", "--worker", json.dumps(spec)]
+        command += ["--workdir", str(work)]
         library = tcmalloc_library() if args.hf_allocator == "tcmalloc" else None
         env = ENV if library is None else with_tcmalloc(ENV, library)
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""benchmarks/finetune_speed.py runs end to end in its quick mode (a tiny OPUS-MT-shaped model, a few
+"""`python -m benchmarks.finetune_speed` runs end to end in its quick mode (a tiny OPUS-MT-shaped model, a few
 updates): `qkv train --init_from` and the Hugging Face loop each in their own process, on the same
 batches. Oracle: with dropout 0 the first update's loss per token is one function of the same weights
 and the same batch, so qkv's (its log.csv) and transformers' (the loop's) agree; a loop given other
@@ -29,7 +29,8 @@ def test_the_quick_run_times_both_on_the_same_batches_and_writes_the_json(tmp_pa
     run = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "finetune_speed.py"),
+            "-m",
+            "benchmarks.finetune_speed",
             "--quick",
             "--corpus",
             "synthetic",
@@ -42,6 +43,7 @@ def test_the_quick_run_times_both_on_the_same_batches_and_writes_the_json(tmp_pa
         text=True,
         timeout=300,
         check=False,
+        cwd=ROOT,
         env=env,
     )
     assert run.returncode == 0, run.stderr[-3000:]

@@ -17,7 +17,7 @@ from qkv.apps.translator import Translator
 from qkv.data.batching import collate
 from qkv.decode.options import DecodeOptions
 from qkv.modeldir import CheckpointError, load_model_dir
-from qkv.runtime.options import RuntimeOptions
+from qkv.runtime.runtime_options import RuntimeOptions
 from qkv.train import TrainConfig, Trainer
 from qkv.train.average import average_into, average_run, best_window
 from qkv.train.checkpoints import checkpoint_dir, list_checkpoints
