@@ -347,7 +347,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--loss-chunk-tokens",
         type=int,
-        help="qkv's --loss_chunk_tokens (less memory; the HF loop is unchanged); default: off",
+        help="qkv's --loss_chunk_tokens (the HF loop is unchanged); default: qkv's fine-tuning "
+        "default (1,024)",
     )
     parser.add_argument(
         "--hf-allocator",

@@ -172,6 +172,7 @@ def test_a_run_from_a_hub_name_starts_from_its_weights_offline(
                                  "sha256": sha256(marian / "model.safetensors")}
     recipe = (tmp_path / "ft" / "train_config.yaml").read_text()
     assert "lr: 0.0001" in recipe and "warmup: 100" in recipe  # the fine-tuning defaults
+    assert "loss_chunk_tokens: 1024" in recipe
     r = qkv_cli(tmp_path, "train", "--init_from", "hf:test-org/absent", "--out",
                 str(tmp_path / "absent"), *common)
     errors = [line for line in r.stderr.splitlines() if line.startswith("qkv train: error:")]

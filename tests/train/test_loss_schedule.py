@@ -69,26 +69,49 @@ def test_annealed_schedules_warm_up_then_reach_zero_at_max_steps(schedule: str) 
 
 
 @pytest.mark.parametrize("chunk_tokens", [None, 3, 100])
-def test_loss_from_hidden_states_equals_loss_from_logits(chunk_tokens: int | None) -> None:
-    """Dropping pads before the projection, in chunks recomputed in backward: same loss, same gradients."""
+@pytest.mark.parametrize("projection", ["linear", "linear-bias", "module"])
+def test_loss_from_hidden_states_equals_loss_from_logits(chunk_tokens: int | None, projection: str) -> None:
+    """Dropping pads before the projection, in chunks (a linear projection's gradients computed with
+    each chunk's loss, another module's chunks recomputed in backward): same loss, same gradients."""
     torch.manual_seed(0)
-    generator = torch.nn.Linear(8, 11, bias=False)
+    linear = torch.nn.Linear(8, 11, bias=projection == "linear-bias")
+    generator = torch.nn.Sequential(linear) if projection == "module" else linear
     hidden = torch.randn(3, 5, 8, requires_grad=True)
     target = torch.randint(1, 11, (3, 5))
     target[0, 3:] = 0
     target[2, 1:] = 0
     loss, nll = label_smoothed_loss(generator(hidden), target, pad_id=0, epsilon=0.1)
-    loss.backward()
-    grads = hidden.grad.clone(), generator.weight.grad.clone()
-    hidden.grad, generator.weight.grad = None, None
+    (2.5 * loss).backward()
+    params = [hidden, *linear.parameters()]
+    grads = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
     loss2, nll2 = label_smoothed_loss_from_hidden(hidden, generator, target, pad_id=0, epsilon=0.1,
                                                   chunk_tokens=chunk_tokens)
-    loss2.backward()
+    (2.5 * loss2).backward()
     torch.testing.assert_close(loss2, loss)
     torch.testing.assert_close(nll2, nll)
-    torch.testing.assert_close(hidden.grad, grads[0])
-    torch.testing.assert_close(generator.weight.grad, grads[1])
+    for p, want in zip(params, grads, strict=True):
+        torch.testing.assert_close(p.grad, want)
     assert torch.all(hidden.grad[0, 3:] == 0)  # pad positions get no gradient
+
+
+def test_chunked_linear_loss_under_bf16_autocast_is_the_autocast_loss() -> None:
+    """Under bf16 autocast the chunked loss multiplies in bf16, as the linear layer would: the loss
+    and gradients of the whole projection under autocast, within bf16's rounding."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(16, 50)
+    hidden = torch.randn(4, 6, 16, requires_grad=True)
+    target = torch.randint(1, 50, (4, 6))
+    results = []
+    for chunk in (None, 5):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, _ = label_smoothed_loss_from_hidden(hidden, linear, target, 0, 0.1, chunk)
+        loss.backward()
+        results.append([loss.detach(), *(p.grad.clone() for p in (hidden, *linear.parameters()))])
+        hidden.grad = linear.weight.grad = linear.bias.grad = None
+    for got, want in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.parametrize("chunk_tokens", [None, 4])

@@ -10,12 +10,15 @@ accumulated over several steps (or devices) can be divided by their total token 
 
 In training the loss starts from the decoder's hidden states instead of the logits
 (`TranslationLoss`, `label_smoothed_loss_from_hidden`): the pad positions are dropped before the
-output projection, and the projection + log-softmax can run in chunks of tokens that are recomputed
-in the backward pass, so that the (tokens x vocabulary) logits never exist at once.
+output projection, and the projection + log-softmax can run in chunks of tokens, so that the
+(tokens x vocabulary) logits never exist at once. A linear projection's chunks compute their
+gradients as they go (`_ChunkedLinearLoss`: d loss / d logits = softmax - the smoothed target, no
+logits kept or recomputed); another projection's chunks are recomputed in the backward pass.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
@@ -62,6 +65,9 @@ def label_smoothed_loss_from_hidden(
     def chunk_sums(h_part: Tensor, y_part: Tensor) -> tuple[Tensor, Tensor]:
         return _sums(projection(h_part), y_part, epsilon)
 
+    if isinstance(projection, nn.Linear) and torch.is_grad_enabled():
+        args = (h, projection.weight, projection.bias, y, epsilon, chunk_tokens)
+        return _ChunkedLinearLoss.apply(*args)
     loss = nll = None
     for i in range(0, len(y), chunk_tokens):
         part = slice(i, i + chunk_tokens)
@@ -69,6 +75,53 @@ def label_smoothed_loss_from_hidden(
         loss = part_loss if loss is None else loss + part_loss
         nll = part_nll if nll is None else nll + part_nll
     return loss, nll
+
+
+class _ChunkedLinearLoss(torch.autograd.Function):
+    """h (n, D), weight (V, D), bias (V,) or None, y (n,) -> the `_sums` of h weightᵀ + bias,
+    `chunk` rows at a time, each chunk's gradients computed with its loss: for logits z, softmax
+    p and the smoothed target q = (1 - eps) onehot(y) + eps / V, d loss / dz = p - q, so
+    dh = (p - q) weight, dweight = (p - q)ᵀ h, dbias = Σ (p - q). Under autocast the products run
+    in its dtype, as `F.linear` would; the sums and gradients stay float32."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, y, epsilon, chunk):  # type: ignore[override]
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else h.dtype
+        w = weight.to(dtype)
+        grad_h, grad_w = torch.empty_like(h), torch.zeros_like(weight, dtype=torch.float32)
+        grad_b = None if bias is None else torch.zeros_like(bias, dtype=torch.float32)
+        loss, nll = h.new_zeros((), dtype=torch.float32), h.new_zeros((), dtype=torch.float32)
+        with torch.autocast("cpu", enabled=False):
+            for i in range(0, len(y), chunk):
+                hp, yp = h[i : i + chunk].to(dtype), y[i : i + chunk]
+                logp = F.log_softmax(F.linear(hp, w).float() + _float(bias), dim=-1)  # (c, V)
+                part_nll = -logp.gather(1, yp[:, None]).squeeze(1)  # (c,)
+                loss += ((1.0 - epsilon) * part_nll - epsilon * logp.mean(dim=-1)).sum()
+                nll += part_nll.sum()
+                g = logp.exp_().sub_(epsilon / logp.size(1))  # p - eps / V, in place of logp
+                g[torch.arange(len(yp)), yp] -= 1.0 - epsilon  # (c, V) = d loss / d logits
+                grad_h[i : i + chunk] = (g.to(dtype) @ w).to(h.dtype)
+                if dtype == grad_w.dtype:
+                    grad_w.addmm_(g.T, hp)
+                else:  # products in the autocast dtype, the sum over chunks in float32
+                    grad_w += (g.T.to(dtype) @ hp).float()
+                if grad_b is not None:
+                    grad_b += g.sum(0)
+        ctx.save_for_backward(grad_h, grad_w.to(weight.dtype), grad_b)
+        ctx.has_bias = bias is not None
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):  # type: ignore[override]
+        grad_h, grad_w, grad_b = ctx.saved_tensors
+        grads = grad_h * grad_loss, grad_w * grad_loss
+        bias = grad_b.to(grad_w.dtype) * grad_loss if ctx.has_bias else None
+        return *grads, bias, None, None, None
+
+
+def _float(bias: Tensor | None) -> Tensor | float:
+    return 0.0 if bias is None else bias.float()
 
 
 class TranslationLoss(nn.Module):

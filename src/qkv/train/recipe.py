@@ -56,8 +56,9 @@ TASK_DATA_KEYS = {
 
 # the defaults of a translation (or lm) run that starts from a trained model (init_from), where the
 # recipe does not set them: a peak rate and a warm-up for adapting a model, not for training one
-# from scratch (docs/fine-tuning.md)
-FINE_TUNE_DEFAULTS: dict[str, Any] = {"lr": 1e-4, "warmup": 100}
+# from scratch, and the loss in chunks of 1,024 target tokens: a trained model's vocabulary is
+# often large (OPUS-MT's 58,101), and its logits never need to exist whole (docs/fine-tuning.md)
+FINE_TUNE_DEFAULTS: dict[str, Any] = {"lr": 1e-4, "warmup": 100, "loss_chunk_tokens": 1024}
 FINE_TUNES = ("translate", "lm")  # the tasks whose run from a trained model they suit
 
 # keys that must be positive
