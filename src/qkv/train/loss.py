@@ -114,10 +114,9 @@ class _ChunkedLinearLoss(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):  # type: ignore[override]
-        grad_h, grad_w, grad_b = ctx.saved_tensors
-        grads = grad_h * grad_loss, grad_w * grad_loss
-        bias = grad_b.to(grad_w.dtype) * grad_loss if ctx.has_bias else None
-        return *grads, bias, None, None, None
+        grad_h, grad_w, grad_b = ctx.saved_tensors  # used once: scaled in place, no copies
+        bias = grad_b.to(grad_w.dtype).mul_(grad_loss) if ctx.has_bias else None
+        return grad_h.mul_(grad_loss), grad_w.mul_(grad_loss), bias, None, None, None
 
 
 def _float(bias: Tensor | None) -> Tensor | float:
