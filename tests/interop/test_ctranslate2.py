@@ -195,6 +195,22 @@ def test_what_ctranslate2_cannot_represent_is_refused(overrides, message, tokeni
         check_exportable(DecoderOnly(cfg.replace(positional="sinusoidal", attention="scaled_dot")))
 
 
+def test_every_choice_of_the_config_is_exported_or_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The export accepts a list, not a list of refusals: each of the config's choices is exported or refused,
+    and a new one (an absolute encoding the exporter has never heard of) is refused naming what it exports."""
+    from qkv import config
+    from qkv.interop.ctranslate2 import EXPORTABLE
+
+    choices = {"positional": config.POSITIONAL, "norm": config.NORMS, "attention": config.ATTENTION_SCORES}
+    assert set(EXPORTABLE) == set(choices) and all(set(EXPORTABLE[k]) <= set(v) for k, v in choices.items())
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=50))
+    check_exportable(model)
+    object.__setattr__(model.config, "positional", "my-absolute")  # a choice added to the config only
+    with pytest.raises(ValueError, match=r"positional='my-absolute': the export does not write it; it exports "
+                                         r"positional sinusoidal, learned, none, relative, rope"):
+        check_exportable(model)
+
+
 def test_an_existing_output_directory_is_never_overwritten(tokenizers, tmp_path: Path, capsys) -> None:
     tokenizer = tokenizers[True]
     cfg = TransformerConfig.preset("tiny", src_vocab_size=tokenizer.src_vocab_size)

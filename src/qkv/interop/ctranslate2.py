@@ -108,21 +108,32 @@ def _set_stack(spec, stack: Stack) -> None:
             attention.relative_attention_max_distance = np.int32(cfg.relative_max_distance)
 
 
+# what the export writes (`_set_stack`, `transformer_spec`); any other value is refused, so that a
+# new choice of the config is refused until the exporter writes it
+EXPORTABLE = {
+    "positional": ("sinusoidal", "learned", "none", "relative", "rope"),
+    "norm": ("layernorm", "rmsnorm"),
+    "attention": ("scaled_dot", "dot"),
+}
+WHY_NOT = {  # the reason, where CTranslate2 itself lacks the choice
+    ("positional", "alibi"): "CTranslate2 has no ALiBi in its encoder",
+    ("norm", "batchnorm"): "CTranslate2 has layer and RMS norms only",
+    ("attention", "additive"): "CTranslate2 computes dot-product scores only",
+    ("attention", "bilinear"): "CTranslate2 computes dot-product scores only",
+}
+
+
 def check_exportable(model: nn.Module) -> None:
-    """ValueError naming what CTranslate2 cannot represent."""
+    """ValueError naming what the export cannot write (`EXPORTABLE` lists what it can)."""
     if not isinstance(model, Transformer):
         raise ValueError(
             f"CTranslate2 export covers encoder-decoder Transformers, not {type(model).__name__}"
         )
-    cfg = model.config
-    if cfg.positional == "alibi":
-        raise ValueError("positional='alibi': CTranslate2 has no ALiBi in its encoder")
-    if cfg.norm == "batchnorm":
-        raise ValueError("norm='batchnorm': CTranslate2 has layer and RMS norms only")
-    if cfg.attention not in ("scaled_dot", "dot"):
-        raise ValueError(
-            f"attention={cfg.attention!r}: CTranslate2 computes dot-product scores only"
-        )
+    for key, accepted in EXPORTABLE.items():
+        value = getattr(model.config, key)
+        if value not in accepted:
+            why = WHY_NOT.get((key, value), "the export does not write it")
+            raise ValueError(f"{key}={value!r}: {why}; it exports {key} {', '.join(accepted)}")
 
 
 def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
