@@ -137,9 +137,8 @@ class Translator:
                 why = f"decoding path: {quantize} linear layers (as set)"
             if capture:
                 why += "; the decoding step captured (compiled once, as set)"
-            models.append(
-                prepare_for_decoding(model, device, quantize, pack, precision, capture, plain_rows)
-            )
+            chosen = dict(quantize=quantize, pack=pack, precision=precision, capture=capture)
+            models.append(prepare_for_decoding(model, device, **chosen, plain_rows=plain_rows))
             why += int8_engine_note(models[-1])
         tokenizer = SubwordTokenizer.load(directories[0])
         for d in directories[1:]:

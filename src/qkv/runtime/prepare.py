@@ -12,8 +12,9 @@ from torch import nn
 from .captured import INT8_KV_DTYPE, capture_decoder, int8_linears
 from .decoding_attention import use_decoding_attention
 from .packed import pack_linear_weights, packing_available
-from .precision import check_precision, resolve_precision
-from .quantize import QUANTIZATIONS, quantize_int8_measured
+from .precision import resolve_precision
+from .quantize import quantize_int8_measured
+from .runtime_options import RuntimeOptions
 
 
 def prepare_for_decoding(
@@ -48,15 +49,10 @@ def prepare_for_decoding(
     plain_rows: packed layers multiply inputs of at most that many rows by the weights as stored,
     kept beside the packed ones (`runtime.choice` sets it where one row runs faster so).
     """
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise ValueError(f"quantize={quantize!r}; choose from {QUANTIZATIONS}")
-    if quantize is not None and pack:
-        raise ValueError("choose int8 quantization or packed float32 weights, not both")
-    check_precision(precision)
-    if quantize is not None and precision == "bf16":
-        raise ValueError("choose int8 quantization or bf16 weights, not both")
-    if capture and pack:
-        raise ValueError("a captured step packs its weights itself: choose capture or pack")
+    # the settings' rules are RuntimeOptions' (one place): the same ValueErrors
+    RuntimeOptions(
+        device=device, precision=precision, quantize=quantize, pack=pack, capture=capture
+    )
     model = use_decoding_attention(model.eval())
     if quantize is None and resolve_precision(precision, device) == "bf16":
         model = model.to(torch.bfloat16)
