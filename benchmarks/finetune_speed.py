@@ -14,9 +14,9 @@ makes for the recipe, then alternates, --repeats times, two runs each in a fresh
   update; the timed updates' seconds are the difference of their log rows' elapsed_s.
 * Hugging Face: `MarianMTModel.from_pretrained(MARIAN_DIR)` trained by a plain loop (forward with
   the source's attention mask, F.cross_entropy with the same label smoothing over the logits,
-  backward, the gradient norm, AdamW with qkv's betas, eps and weight decay, the same warm-up
-  schedule) on the same batches, the same tensors in the same order; system allocator, torch's
-  threads (--hf-allocator tcmalloc runs it with qkv's allocator).
+  backward, the gradient norm, fused AdamW (the Trainer's default) with qkv's betas, eps and
+  weight decay, the same warm-up schedule) on the same batches, the same tensors in the same
+  order; system allocator, torch's threads (--hf-allocator tcmalloc runs it with qkv's allocator).
 
 Both train in --precision (fp32, or bf16 autocast with fp32 weights) with the same dropout. Target
 tokens/s: the non-pad target tokens of the timed updates over their seconds; peak RSS: the
@@ -79,6 +79,7 @@ def hf_worker(spec: dict[str, Any], work: Path) -> dict[str, Any]:
         betas=tuple(found["adam_betas"]),
         eps=found["adam_eps"],
         weight_decay=found["weight_decay"],
+        fused=True,  # Seq2SeqTrainer's default optimizer on torch >= 2.8 (adamw_torch_fused)
     )
     warmup = max(found["lr_warmup"], 1)
     assert found["schedule"] == "noam", found["schedule"]  # qkv's noam: lr_multiplier

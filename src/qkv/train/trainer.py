@@ -191,7 +191,10 @@ class Trainer:
         if peak is None:
             peak = paper_peak_lr(self.model.config.d_model, cfg.warmup)
         betas, eps, decay = cfg.adam_betas, cfg.adam_eps, cfg.weight_decay
-        return torch.optim.Adam(params, lr=peak, betas=betas, eps=eps, weight_decay=decay)
+        # the fused kernel: one pass over each weight, no temporaries of its size (the loop's)
+        return torch.optim.Adam(
+            params, lr=peak, betas=betas, eps=eps, weight_decay=decay, fused=True
+        )
 
     # --- checkpoints ---------------------------------------------------------------------------
     def _restore(self, path: Path) -> None:
