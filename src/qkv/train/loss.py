@@ -91,15 +91,14 @@ class _ChunkedLinearLoss(torch.autograd.Function):
         grad_h, grad_w = torch.empty_like(h), torch.zeros_like(weight, dtype=torch.float32)
         grad_b = None if bias is None else torch.zeros_like(bias, dtype=torch.float32)
         loss, nll = h.new_zeros((), dtype=torch.float32), h.new_zeros((), dtype=torch.float32)
+        z_all = torch.empty(min(chunk, len(y)), w.size(0), device=h.device)  # one (c, V) buffer
         with torch.autocast("cpu", enabled=False):
             for i in range(0, len(y), chunk):
                 hp, yp = h[i : i + chunk].to(dtype), y[i : i + chunk]
-                logp = F.log_softmax(F.linear(hp, w).float() + _float(bias), dim=-1)  # (c, V)
-                part_nll = -logp.gather(1, yp[:, None]).squeeze(1)  # (c,)
-                loss += ((1.0 - epsilon) * part_nll - epsilon * logp.mean(dim=-1)).sum()
-                nll += part_nll.sum()
-                g = logp.exp_().sub_(epsilon / logp.size(1))  # p - eps / V, in place of logp
-                g[torch.arange(len(yp)), yp] -= 1.0 - epsilon  # (c, V) = d loss / d logits
+                g = _logits(z_all[: len(yp)], hp, w, bias)  # (c, V) float32
+                part_nll, part_loss = _softmax_minus_target_(g, yp, epsilon)
+                loss += part_loss
+                nll += part_nll
                 grad_h[i : i + chunk] = (g.to(dtype) @ w).to(h.dtype)
                 if dtype == grad_w.dtype:
                     grad_w.addmm_(g.T, hp)
@@ -119,8 +118,30 @@ class _ChunkedLinearLoss(torch.autograd.Function):
         return grad_h.mul_(grad_loss), grad_w.mul_(grad_loss), bias, None, None, None
 
 
-def _float(bias: Tensor | None) -> Tensor | float:
-    return 0.0 if bias is None else bias.float()
+def _logits(out: Tensor, h: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
+    """h (c, D) w (V, D)ᵀ + bias, in float32, written into `out` (c, V): one buffer for every
+    chunk, no fresh pages to fault in for each."""
+    if h.dtype == out.dtype:
+        if bias is None:
+            return torch.mm(h, w.T, out=out)
+        return torch.addmm(bias.to(out.dtype), h, w.T, out=out)
+    out.copy_(h @ w.T)  # the product in the autocast dtype
+    return out if bias is None else out.add_(bias.float())
+
+
+def _softmax_minus_target_(z: Tensor, y: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Logits z (c, V) made, in place, d loss / d z = softmax(z) - q, q the smoothed target;
+    returns the NLL sum and the smoothed loss sum, (1 - eps) nll - eps mean_k log p(k)."""
+    rows = torch.arange(len(y), device=z.device)
+    z_y, z_mean = z[rows, y], z.mean(dim=-1)  # (c,), (c,)
+    top = z.amax(dim=-1, keepdim=True)  # (c, 1)
+    total = z.sub_(top).exp_().sum(dim=-1, keepdim=True)  # z: exp(z - top)
+    lse = (top + total.log()).squeeze(1)  # (c,) log Σ exp z
+    part_nll = lse - z_y
+    part_loss = ((1.0 - epsilon) * part_nll - epsilon * (z_mean - lse)).sum()
+    z.div_(total).sub_(epsilon / z.size(1))  # p - eps / V
+    z[rows, y] -= 1.0 - epsilon
+    return part_nll.sum(), part_loss
 
 
 class TranslationLoss(nn.Module):
