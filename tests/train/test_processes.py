@@ -64,6 +64,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# `qkv train` whose rank 1 looks at OUT 1.5 s after the process group is up
+LATE_RANK = """import os, sys, time
+from qkv.apps.cli import main
+from qkv.train.rundir import RunDirectory
+check = RunDirectory.check
+def late(self, overwrite):
+    time.sleep(1.5)
+    check(self, overwrite)
+if os.environ.get("LOCAL_RANK") == "1":
+    RunDirectory.check = late
+sys.exit(main())
+"""
+
+
 @pytest.mark.slow
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path: Path, recipe: Recipe) -> None:
     """DDP over 2 CPU processes == 1 process accumulating the same 2 batches per update."""
@@ -71,14 +85,14 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     prepared = tmp_path / "prepared"
     ddp_cfg = recipe(max_steps=4, valid_every=2, model=no_dropout, prepared_dir=str(prepared))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for attempt in range(2):  # a rare abort of a gloo rank as the group is torn down: one retry
-        out = tmp_path / f"ddp{attempt}"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
-               "127.0.0.1", "--master_port", str(free_port()), "-m", "qkv", "train", "--out", str(out),
-               *cli_args(ddp_cfg)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-        if "terminate called without an active exception" not in done.stderr:
-            break
+    # rank 1 looks at OUT after rank 0 could write into it: it must see OUT as rank 0 saw it
+    late = tmp_path / "late_rank.py"
+    late.write_text(LATE_RANK, encoding="utf-8")
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+           "127.0.0.1", "--master_port", str(free_port()), str(late), "train", "--out", str(out),
+           *cli_args(ddp_cfg)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]  # includes the replicas-in-sync check at each checkpoint
     single = recipe(max_steps=4, valid_every=2, accum_steps=2, model=no_dropout, prepared_dir=str(prepared))
     Trainer(single, tmp_path / "single").train()

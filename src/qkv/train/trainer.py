@@ -100,6 +100,7 @@ class Trainer:
         self.env, self.device = init_distributed(cfg.device)
         self.run_dir = RunDirectory(self.out, cfg, self.env.is_main, allow_data_change)
         self.run_dir.check(overwrite)
+        barrier(self.env)  # every rank has seen OUT as it was before rank 0 writes into it
         with self.run_dir.removed_on_failure():
             self._setup(resume)
 
