@@ -35,7 +35,7 @@ from ..model.cache import DecoderCache
 from ..model.layers import SublayerConnection
 from ..model.transformer import Decoder
 from .decoding_attention import grouped_attention
-from .int8_choice import kernel_rows_faster, onednn_rows_faster
+from .int8_choice import kernel_rows_faster, onednn_rows_faster, weight_levels
 from .kernels import decoding_attention, int8_linear, pack_int8_weight
 from .quantize import many_row_layers, quantize_int8_measured
 from .swap import rebuilt_as, replace_modules
@@ -76,6 +76,7 @@ class Int8Linear(nn.Module):
     """y = x W^T + b in int8: W quantized per output row, x per row when called.
 
     x (..., K) -> (..., N). W ≈ qweight * scale[:, None], x ≈ xq * sx; y = (xq @ qweightᵀ) sx scale.
+    W takes 8 bits, or 7 where this CPU's int8 products saturate at 8 (`weight_levels`: no VNNI).
 
     The integer product runs in one of three kernels, with the same sums (the same outputs). On a
     CPU with AVX512-VNNI, `use_kernel()` packs the weight for qkv's own `int8_linear`
@@ -93,7 +94,7 @@ class Int8Linear(nn.Module):
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         w = linear.weight.detach().float()
-        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127  # (N,)
+        scale = w.abs().amax(dim=1).clamp_min(1e-12) / weight_levels()  # (N,): 127 or 63
         self.register_buffer("qweight", torch.round(w / scale[:, None]).to(torch.int8))  # (N, K)
         self.register_buffer("scale", scale)
         bias = None if linear.bias is None else linear.bias.detach().float()

@@ -6,11 +6,13 @@ prepacked u8 x s8 product for several rows, or by qkv's own VNNI kernel for one 
 faster depends on the CPU; whether a fast one is right does too: a u8 x s8 product on a CPU
 without VNNI (AVX512-VNNI, AVX-VNNI) may saturate its 16-bit pair sums. So each candidate's
 outputs are checked against `_int_mm`'s on the rows it is timed on, on the CPU it runs on, and a
-candidate that disagrees is never chosen, however fast.
+candidate that disagrees is never chosen, however fast. `_int_mm` itself saturates without VNNI:
+there the layers take 7-bit weights (`weight_levels`), whose sums are exact.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Protocol
 
 import torch
@@ -34,6 +36,23 @@ class Int8Linear(Protocol):
     in_features: int
 
     def __call__(self, x: Tensor) -> Tensor: ...
+
+
+@functools.cache
+def int_mm_exact() -> bool:
+    """Whether `torch._int_mm` sums int8 products exactly at full range on this CPU: x at 127 by
+    weights at +-127. Without VNNI, oneDNN multiplies x + 128 (uint8) by the int8 weight and
+    saturates each pair of products at 16 bits (vpmaddubsw): 255 x 127 x 2 is over 32,767."""
+    x = torch.full((32, 64), 127, dtype=torch.int8)
+    w = torch.full((16, 64), 127, dtype=torch.int8)
+    w[1::2] = -127
+    return torch.equal(torch._int_mm(x, w.t()).long(), x.long() @ w.long().T)
+
+
+def weight_levels() -> int:
+    """The largest |weight| of an int8 layer here: 127, or 63 where `int_mm_exact` is False
+    (255 x 63 x 2 fits 16 bits: 7-bit weights, oneDNN's advice for CPUs without VNNI)."""
+    return 127 if int_mm_exact() else 63
 
 
 def onednn_rows_faster(linears: list[Int8Linear], rows: int = 4, repeats: int = 5) -> bool:
@@ -139,9 +158,11 @@ __all__ = [
     "agree",
     "choose_kernel",
     "choose_onednn",
+    "int_mm_exact",
     "kernel_rows_faster",
     "onednn_int8_available",
     "onednn_prepack",
     "onednn_rows_faster",
     "onednn_sums",
+    "weight_levels",
 ]

@@ -1,0 +1,46 @@
+"""int8 products exact on every CPU: where `torch._int_mm` saturates (no VNNI), the int8 layers
+take 7-bit weights (`runtime.int8_choice.weight_levels`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+EXACT_SUMS = """
+import json, torch, torch.nn as nn
+from qkv.runtime.captured import Int8Linear
+from qkv.runtime.int8_choice import int_mm_exact
+torch.manual_seed(0)
+layer = Int8Linear(nn.Linear(256, 96))
+x = torch.randn(24, 256)
+x[0] = 1.0  # every x at 127 once quantized: the largest pair sums
+y = layer(x).double()
+sx = x.abs().amax(1, keepdim=True) / 127
+xq = torch.round(x / sx).long()
+want = (xq @ layer.qweight.long().T).double() * (sx.double() * layer.scale.double()) + layer.bias
+err = float((y - want).abs().max() / want.abs().max())
+print(json.dumps({"exact": int_mm_exact(), "levels": int(layer.qweight.abs().max()), "err": err}))
+"""
+
+
+@pytest.mark.parametrize("isa", [None, "AVX2"])
+def test_int8_layers_sum_exactly_where_the_cpu_saturates_int8_products(isa: str | None) -> None:
+    """Under oneDNN's AVX2 code (ONEDNN_MAX_CPU_ISA=AVX2: what an AVX2-only CPU runs)
+    `torch._int_mm` saturates full-range int8 sums; `Int8Linear` there takes 7-bit weights, and
+    its outputs are the exact (int64) integer sums, scaled, as on this CPU's own code."""
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    if isa:
+        env["ONEDNN_MAX_CPU_ISA"] = isa
+    done = subprocess.run(
+        [sys.executable, "-c", EXACT_SUMS], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["err"] < 1e-6, found
+    if isa == "AVX2":
+        assert not found["exact"] and found["levels"] == 63, found
+    assert found["levels"] == (127 if found["exact"] else 63), found
