@@ -115,10 +115,11 @@ needs_vnni = pytest.mark.skipif(
 def int8_reference(
     x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
-    """`Int8Linear`'s arithmetic by torch's own ops: x quantized per row, `torch._int_mm`."""
+    """`Int8Linear`'s arithmetic by torch's own ops: x quantized per row, the integer sums in int64
+    (what `torch._int_mm` makes where it does not saturate)."""
     sx = x.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
     xq = torch.round(x / sx).to(torch.int8)
-    y = torch._int_mm(xq, qweight.t()) * (sx * scale)
+    y = (xq.long() @ qweight.long().t()).float() * (sx * scale)
     return y if bias is None else y + bias
 
 
