@@ -26,6 +26,7 @@ one thread, median of --repeat).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import re
@@ -120,17 +121,13 @@ def decode(
 ) -> tuple[list[str], float]:
     """The translations of `texts` in batches of 32 (sorted by length), each sentence with its
     constraints (None: plain beam search), and the seconds they took."""
-    ids = translator.encode(texts)
-    order = sorted(range(len(texts)), key=lambda i: -len(ids[i]))
+    job = dataclasses.replace(translator.prepare(texts, options), constraints=constraints)
+    order = sorted(range(len(texts)), key=lambda i: -len(job.ids[i]))
     out = [""] * len(texts)
     start = time.perf_counter()
     for k in range(0, len(order), 32):
         batch = order[k : k + 32]
-        done = translator.translate_batch(
-            [ids[i] for i in batch],
-            options,
-            constraints=None if constraints is None else [constraints[i] for i in batch],
-        )
+        done = translator.decode(job.rows(batch), batch_tokens=1 << 30)  # one batch: these 32
         for i, t in zip(batch, done, strict=True):
             out[i] = t.text if t is not None else ""
     return out, time.perf_counter() - start
@@ -194,11 +191,16 @@ def main() -> int:
     p.add_argument("--dice", type=float, default=0.3)
     p.add_argument("--rare", type=int, default=100)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--split", default="test_2016_flickr",
-                   help="the split evaluated (val: to choose settings)")
-    p.add_argument("--length-slack", type=int, default=constrained.LENGTH_SLACK,
-                   help="tokens a constrained translation may add past the plain one's and its "
-                        "terms' (a large value: no bound)")
+    p.add_argument(
+        "--split", default="test_2016_flickr", help="the split evaluated (val: to choose settings)"
+    )
+    p.add_argument(
+        "--length-slack",
+        type=int,
+        default=constrained.LENGTH_SLACK,
+        help="tokens a constrained translation may add past the plain one's and its "
+        "terms' (a large value: no bound)",
+    )
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args()
     torch.set_num_threads(1)

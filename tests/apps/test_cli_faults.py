@@ -74,15 +74,15 @@ def test_ctrl_c_keeps_the_translations_already_written(model_dir: Path, tmp_path
     source = write(tmp_path / "in.txt", lines)
     args = ["translate", "--model", str(model_dir), "--input", source, *FAST, "--batch-tokens", "8"]
     calls = []
-    search = Translator._search
+    search = Translator._run_search
 
-    def interrupted_search(self: Translator, *a: object, **k: object) -> object:
+    def interrupted_search(self: Translator, batch: object) -> object:
         calls.append(1)
         if len(calls) == 8:  # a line alone per batch (each is longer than 8 tokens): the 8th line's batch
             raise KeyboardInterrupt
-        return search(self, *a, **k)
+        return search(self, batch)
 
-    monkeypatch.setattr(Translator, "_search", interrupted_search)
+    monkeypatch.setattr(Translator, "_run_search", interrupted_search)
     assert run(args) == 130
     captured = capsys.readouterr()
     written = captured.out.splitlines()

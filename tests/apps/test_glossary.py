@@ -77,7 +77,7 @@ def test_each_translation_holds_the_target_terms_of_its_source(translator: Trans
         if not wanted:  # untouched: the search of a sentence without terms is beam search's
             assert (t.text, t.tokens) == (p.text, p.tokens)
     assert sorted(w for _, w in g.terms_in(texts[-1])) == sorted(["男人", "狗", "公园"])
-    constraints = translator.constraints(texts, options, g)
+    constraints = translator.prepare(texts, options, g).constraints
     assert all(holds(t.tokens, c) for t, c in zip(got, constraints, strict=True))
     one_by_one = translator.translate_detailed(texts, options, glossary=g, batch_tokens=8)
     assert [(t.text, t.tokens) for t in one_by_one] == [(t.text, t.tokens) for t in got]

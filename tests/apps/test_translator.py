@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from qkv import DecoderOnly, Transformer
-from qkv.apps.translator import Translator
+from qkv.apps.translator import Job, Translator
 from qkv.data.batching import pad_sequences
 from qkv.data.tokenizer import SubwordTokenizer
 from qkv.decode import beam_search, greedy, sample
@@ -113,9 +113,9 @@ def test_runtime_options_are_checked_when_made_and_give_the_translators_defaults
     with pytest.raises(TypeError, match="runtime must be a RuntimeOptions, got int"):
         translator(tokenizer, runtime=4096)
     searched = []
-    search = Translator._search
-    monkeypatch.setattr(Translator, "_search", lambda self, src, *a, **k: searched.append(src.size(0))
-                        or search(self, src, *a, **k))
+    search = Translator._run_search
+    monkeypatch.setattr(Translator, "_run_search", lambda self, s: searched.append(s.src.size(0))
+                        or search(self, s))
     one_each = translator(tokenizer, runtime=RuntimeOptions(batch_tokens=1))
     assert translator(tokenizer).runtime == RuntimeOptions() and one_each.runtime.batch_tokens == 1
     alone = one_each.translate(TEXTS, DecodeOptions(beam=2))
@@ -285,9 +285,9 @@ def test_translate_stream_yields_each_chunk_as_soon_as_it_is_done(tokenizer: Sub
         for a, b in zip(together, streamed, strict=True):
             assert (a.attention is None) == (b.attention is None)
     searched = []
-    search = Translator._search
-    monkeypatch.setattr(Translator, "_search", lambda self, src, *a, **k: searched.append(src.size(0))
-                        or search(self, src, *a, **k))
+    search = Translator._run_search
+    monkeypatch.setattr(Translator, "_run_search", lambda self, s: searched.append(s.src.size(0))
+                        or search(self, s))
     stream = t.translate_stream(TEXTS, options, chunk_tokens=1)  # every non-empty line a chunk of its own
     assert searched == []
     assert summary([next(stream)]) == summary(together[:1]) and searched == [1]
@@ -365,3 +365,33 @@ def test_the_commands_say_in_one_line_that_a_line_is_not_unicode(
     assert err[-1] == ("qkv attention: error: texts[0] holds a lone surrogate (U+DCFF at character 4), "
                        "so it is not valid Unicode text")
     assert not any("Traceback" in line for line in err)
+
+
+def test_prepare_then_decode_is_translate_detailed_and_a_job_splits_and_joins(tokenizer: SubwordTokenizer) -> None:
+    """A job is encoded once (cut where a text is over the source limit, and `cut` says so), its work
+    is `DecodeOptions.work` of its ids, and decoding it, or its rows split and joined again, gives
+    `translate_detailed`'s translations; `abandoned` is asked by index in the job."""
+    t = translator(tokenizer, runtime=RuntimeOptions(max_src_tokens=8))
+    options = DecodeOptions(beam=2, nbest=2)
+    texts = [EN[0] * 20, "", *TEXTS[:4]]
+    job = t.prepare(texts, options)
+    whole = tokenizer.encode_src(texts)
+    assert job.cut == {i: len(x) for i, x in enumerate(whole) if len(x) > 7} and 0 in job.cut
+    assert job.ids == [x[:7] for x in whole]
+    assert job.work == options.work(map(len, job.ids)) == sum(2 * options.max_output_length(len(x)) for x in job.ids)
+    with pytest.warns(UserWarning, match="input lines are longer"):
+        detailed = t.translate_detailed(texts, options)
+    assert summary(t.decode(job)) == summary(detailed)
+    first, rest = job.rows([0, 1, 2]), job.rows([3, 4, 5])
+    joined = Job.joined([first, rest])
+    assert (joined.texts, joined.ids, joined.cut) == (job.texts, job.ids, job.cut)
+    assert summary(t.decode(joined)) == summary(detailed)
+    assert summary(t.decode(job.rows([5, 2]))) == summary([detailed[5], detailed[2]])
+    asked = set()
+    got = t.decode(job, abandoned=lambda i: asked.add(i) or i == 2)
+    assert asked == {i for i, x in enumerate(job.ids) if x} and got[2] is None  # empty lines: not decoded
+    assert summary([r for i, r in enumerate(got) if i != 2]) == summary(detailed[:2] + detailed[3:])
+    with pytest.raises(ValueError, match="share their decoding options"):
+        Job.joined([first, t.prepare(["dog"], DecodeOptions())])
+    with pytest.raises(TypeError, match="decode takes a Job"):
+        t.decode(texts)

@@ -62,7 +62,7 @@ def check_translator(translator: Translator, token: int, expected: str) -> None:
 
 
 def check_http(translator: Translator, token: int, expected: str) -> None:
-    """/v1/translate takes the field (documented in the schema) and its Job decodes with it; a
+    """/v1/translate takes the field (documented in the schema) and its job decodes with it; a
     server started with it (`qkv serve --toy-token`) uses it where a request leaves it unset."""
     jobs: list[Any] = []
     translate = Service.translate
@@ -82,7 +82,7 @@ def check_http(translator: Translator, token: int, expected: str) -> None:
             assert answer.status_code == 200, answer.text
             [t] = answer.json()["translations"]
             assert (t["text"], t["score"]) == (expected, 0.0), t
-            assert jobs.pop().options.toy_token == token
+            assert jobs.pop().job.options.toy_token == token
             schema = client.get("/openapi.json").json()["paths"]["/v1/translate"]["post"]
     fields = schema["requestBody"]["content"]["application/json"]["schema"]["properties"]
     assert fields["toy_token"]["description"].startswith("toy:"), fields["toy_token"]

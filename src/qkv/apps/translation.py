@@ -1,15 +1,20 @@
-"""What a translation returns: the text, its score and tokens, the n-best list, and on request
-the attention, the word alignment and every attention map (`Translator.translate_detailed`), and
-how it is made from the hypotheses of a search (`translation_of`)."""
+"""What a translation takes and returns: a `Job` (sentences encoded once, with their terms and the
+work they may take: `Translator.prepare`'s, what `Translator.decode` decodes), and a `Translation`
+(the text, its score and tokens, the n-best list, and on request the attention, the word alignment
+and every attention map), made from the hypotheses of a search by `translation_of`."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import Tensor
 
 from ..data.tokenizer import SubwordTokenizer
 from ..decode.alignment import hard_alignment
+from ..decode.constrained import Constraints, search_width
+from ..decode.options import DecodeOptions
 from ..decode.search import Hypothesis
 from ..model import AttentionWeights
 
@@ -71,6 +76,67 @@ class Extras:
         )
 
 
+@dataclass(frozen=True, eq=False)
+class Job:
+    """Sentences ready to decode (`Translator.prepare`): each text's source ids, encoded once and
+    cut to leave room for eos within the translator's source limit; `cut`: text -> its whole
+    length in subword tokens, where its ids are cut; `constraints`: each text's glossary terms
+    as target-token sequences (None: no term, the plain search); `extras`: what each
+    `Translation` carries besides its text."""
+
+    texts: list[str]
+    options: DecodeOptions
+    ids: list[list[int]]
+    constraints: list[Constraints] | None = None
+    extras: Extras = Extras()
+    cut: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def widths(self) -> list[int]:
+        """The hypotheses each sentence's search keeps: the beam, and for a sentence with terms
+        the constrained search's width besides (`decode.constrained.search_width`)."""
+        beam = self.options.beam
+        terms = self.constraints or [[]] * len(self.ids)
+        return [beam + (search_width(beam, c) if c else 0) for c in terms]
+
+    @property
+    def work(self) -> int:
+        """The decode tokens it may take (`DecodeOptions.work` of its sentences and widths)."""
+        return self.options.work(map(len, self.ids), self.widths)
+
+    def rows(self, indices: Sequence[int], extras: Extras | None = None) -> Job:
+        """The job of these sentences only, in this order (extras: theirs; None: this job's)."""
+        cons = self.constraints
+        return Job(
+            [self.texts[i] for i in indices],
+            self.options,
+            [self.ids[i] for i in indices],
+            None if cons is None else [cons[i] for i in indices],
+            self.extras if extras is None else extras,
+            {k: self.cut[i] for k, i in enumerate(indices) if i in self.cut},
+        )
+
+    @staticmethod
+    def joined(jobs: Sequence[Job]) -> Job:
+        """The sentences of jobs that share their options, one after another, as one job (with
+        the extras any of them asks for; constraints where any has them)."""
+        options = jobs[0].options
+        if any(job.options != options for job in jobs):
+            raise ValueError("jobs joined into one must share their decoding options")
+        ids = [seq for job in jobs for seq in job.ids]
+        constraints = None
+        if any(job.constraints for job in jobs):
+            constraints = [c for job in jobs for c in (job.constraints or [[]] * len(job.ids))]
+        names = [f.name for f in dataclasses.fields(Extras)]
+        extras = Extras(*(any(getattr(job.extras, name) for job in jobs) for name in names))
+        cut, start = {}, 0
+        for job in jobs:
+            cut.update({start + i: n for i, n in job.cut.items()})
+            start += len(job.ids)
+        texts = [t for job in jobs for t in job.texts]
+        return Job(texts, options, ids, constraints, extras, cut)
+
+
 def translation_of(
     tokenizer: SubwordTokenizer,
     hyps: list[Hypothesis],
@@ -100,4 +166,4 @@ def translation_of(
     return result
 
 
-__all__ = ["Extras", "Translation", "translation_of"]
+__all__ = ["Extras", "Job", "Translation", "translation_of"]

@@ -4,39 +4,36 @@
     translator.translate(["Ein Mann fährt Fahrrad."])       # -> ["A man rides a bike."]
     translator.translate(texts, DecodeOptions(beam=5, alpha=1.0))
     translator.translate_detailed(texts, DecodeOptions(nbest=4), attention=True)  # [Translation]
-    translator.translate_detailed(texts, alignment=True)[0].alignment   # [(src word, tgt word)]
+    job = translator.prepare(texts, options, glossary)      # encoded once; job.work, job.cut
+    translator.decode(job)                                  # [Translation], in input order
     for t in translator.translate_stream(texts):            # in input order, chunk by chunk
         print(t.text, flush=True)
     Translator.load(["runs/a-avg", "runs/b-avg"])           # an ensemble sharing a tokenizer
-    Translator.load("runs/rnn")                             # the GRU + Bahdanau baseline
     Translator.load("runs/m30k", RuntimeOptions(device="cuda", batch_tokens=8192))
 
-How the model is loaded and run (device, precision, batching, workers) is one `RuntimeOptions`,
-kept as `translator.runtime`; how each sentence is decoded is the `DecodeOptions` of each call.
-Sentences are tokenized, sorted by length (so that batches hold sentences of similar length and
-little padding), cut into batches of at most `batch_tokens` padded source tokens, decoded with
-`qkv.decode.search` as the `DecodeOptions` say, detokenized and returned in input order. The output
-does not depend on the batching or on the order of the input (sampling aside, whose draws depend on
-the batch). Empty lines give "" without running the model; a line longer than the source limit is
-truncated, with one warning counting such lines. `translate_stream` sorts and batches within chunks
-of consecutive lines instead, so that each translation can be written as soon as it and all before
-it are done, and reads any iterable of lines (a file's) a block at a time: millions of lines go
-through in the memory of one chunk. A beam wider than the target vocabulary is refused with a
-ValueError, as `RuntimeOptions` refuses a device this machine lacks.
+Translating is two steps, whoever calls them (these methods, `qkv translate`, the server's
+batcher): `prepare` checks and encodes the texts once (a `Job`: ids, glossary terms, the work it
+may take), and `decode` sorts its sentences by length, cuts them into batches of at most
+`batch_tokens` padded source tokens, searches them as the `DecodeOptions` say and returns the
+translations in input order, whatever the batching (sampling's draws aside). How the model runs
+(device, precision, batching, workers) is one `RuntimeOptions`, kept as `translator.runtime`.
+Empty lines give "" without running the model; a line longer than the source limit is cut, with
+one warning counting such lines. `translate_stream` reads any iterable of lines a block at a
+time and decodes a chunk at a time: millions of lines in the memory of one chunk.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..data.batching import chunks, pad_sequences, sorted_batches
-from ..data.tokenizer import SubwordTokenizer, check_unicode
+from ..data.tokenizer import SubwordTokenizer, checked_texts
 from ..decode.constrained import Constraints
 from ..decode.ensemble import Ensemble
 from ..decode.options import DecodeOptions
@@ -51,13 +48,24 @@ from ..runtime.quantize import int8_engine_note
 from ..runtime.runtime_options import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_SRC_TOKENS, RuntimeOptions
 from ..runtime.workers import ForkedWorkers, can_fork, map_in_workers
 from .glossary import Glossary, check_search, joining_pieces
-from .translation import Extras, Translation, translation_of
+from .translation import Extras, Job, Translation, translation_of
 
 CHUNK_BATCHES = 16  # translate_stream decodes about this many batches' worth of lines at a time
+NO_EXTRAS = Extras()  # a translation's text and score only
 BLOCK_LINES = 1000  # and reads and encodes its input this many lines at a time
-# one batch to search: src (B, S), options, max_len (B,), seed, abandoned (row -> drop it?),
-# each row's constraints (None: none)
-_Search = tuple[Tensor, DecodeOptions, Tensor, int, Abandoned | None, list[Constraints] | None]
+
+
+@dataclass(frozen=True)
+class _Search:
+    """One batch to search: src (B, S), the options, max_len (B,), the seed, abandoned (row ->
+    drop it?) and each row's constraints (None: none)."""
+
+    src: Tensor
+    options: DecodeOptions
+    max_len: Tensor
+    seed: int
+    abandoned: Abandoned | None
+    constraints: list[Constraints] | None
 
 
 class Translator:
@@ -189,7 +197,8 @@ class Translator:
         workers: int | None = None,
         glossary: Glossary | None = None,
     ) -> list[Translation]:
-        """Translate sentences; one `Translation` per input string, in input order.
+        """Translate sentences; one `Translation` per input string, in input order: `prepare`,
+        then `decode`, with one warning counting the lines truncated.
 
         texts: a list (or other sequence) of sentences; one string alone is refused.
         options: beam search, sampling and output length limits; None: `DecodeOptions()`. A beam
@@ -206,9 +215,10 @@ class Translator:
             lexically constrained beam search, `decode.constrained`).
         """
         extras = Extras(attention, alignment, attention_maps)
-        texts = _checked_texts(texts)
-        options, runtime = self._settings(options, extras, batch_tokens, workers)
-        return list(self._stream(texts, options, extras, runtime, math.inf, glossary))
+        job = self.prepare(texts, options, glossary, extras=extras)
+        runtime = self._runtime(batch_tokens, workers)  # checked before any decoding
+        self._warn_truncated(len(job.cut), len(job.texts))
+        return self._decode(job, runtime)  # type: ignore[return-value]
 
     def translate_stream(
         self,
@@ -224,42 +234,84 @@ class Translator:
         glossary: Glossary | None = None,
     ) -> Iterator[Translation]:
         """Translate sentences as `translate_detailed` does, but yield each `Translation`, in input
-        order, as soon as it and all the ones before it are done: for writing a long file's
-        translations as they come, so that an interrupted run keeps what it finished.
-
-        The input is decoded a chunk at a time: consecutive lines of at most `chunk_tokens` source
-        tokens (default: CHUNK_BATCHES * batch_tokens, and at least `workers` batches' worth; a
-        longer line is a chunk alone), sorted by length and batched within the chunk. `texts` is a
-        list, or any iterable (a file's lines, a generator), read BLOCK_LINES lines at a time as
-        the chunks are decoded, so that memory holds a chunk, not the input. A list's texts and
-        the options are checked when this is called, before the first chunk is decoded (another
-        iterable's texts as they are read); leaving the iteration early decodes nothing more.
-        The translations are those of `translate_detailed`, except that sampling's draws depend
-        on the batch, hence on the chunking.
-        """
+        order, as soon as it and all the ones before it are done (an interrupted run keeps what
+        it finished). `texts`: a list, or any iterable (a file's lines), read BLOCK_LINES lines
+        at a time; decoded a chunk at a time: consecutive lines of at most `chunk_tokens` source
+        tokens (default: CHUNK_BATCHES * batch_tokens, at least `workers` batches' worth; a longer
+        line is a chunk alone). A list's texts and the options are checked at the call (another
+        iterable's as they are read); leaving the iteration early decodes nothing more.
+        Sampling's draws depend on the batch, hence on the chunking."""
         extras = Extras(attention, alignment, attention_maps)
         if isinstance(texts, Sequence):
-            texts = _checked_texts(texts)
-        options, runtime = self._settings(options, extras, batch_tokens, workers)
+            texts = checked_texts(texts)
+        options = self._check_options(options, extras)
+        runtime = self._runtime(batch_tokens, workers)
         if chunk_tokens is None:
             chunk_tokens = max(CHUNK_BATCHES, runtime.workers) * runtime.batch_tokens
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
         return self._stream(texts, options, extras, runtime, chunk_tokens, glossary)
 
-    def _settings(
+    def prepare(
         self,
-        options: DecodeOptions | None,
-        extras: Extras,
-        batch_tokens: int | None,
-        workers: int | None,
-    ) -> tuple[DecodeOptions, RuntimeOptions]:
-        """The options of a translation, checked, and the runtime options with this call's
-        batch_tokens and workers."""
+        texts: Sequence[str],
+        options: DecodeOptions | None = None,
+        glossary: Glossary | None = None,
+        *,
+        extras: Extras = NO_EXTRAS,
+    ) -> Job:
+        """The `Job` of translating these sentences (what `decode` decodes): texts and options
+        checked, each text encoded once (cut to leave room for eos within `max_src_tokens`; the
+        job's `cut` says which), the glossary's terms of each (beam search needed where any
+        occurs), and with them the work the job may take (`Job.work`). Nothing is decoded."""
+        texts = checked_texts(texts)
         options = self._check_options(options, extras)
+        ids, cut = self._encoded(texts)
+        return Job(texts, options, ids, self._terms(texts, options, glossary), extras, cut)
+
+    def _encoded(self, texts: list[str]) -> tuple[list[list[int]], dict[int, int]]:
+        """Each text's source ids, cut to leave room for eos within max_src_tokens, and for each
+        text cut its whole length in subword tokens."""
+        whole = self.tokenizer.encode_src(texts)
+        room = self.max_src_tokens - 1
+        cut = {i: len(seq) for i, seq in enumerate(whole) if len(seq) > room}
+        return [seq[:room] for seq in whole], cut
+
+    def _terms(
+        self, texts: list[str], options: DecodeOptions, glossary: Glossary | None
+    ) -> list[Constraints] | None:
+        """For each text, the target-token sequences `glossary` asks its translation to contain
+        (None without a glossary). Terms need beam search (a beam of 2 or more)."""
+        if glossary is None:
+            return None
+        found = glossary.constraints(texts, self.tokenizer)
+        if any(found):
+            check_search(options)
+        return found
+
+    def decode(
+        self,
+        job: Job,
+        *,
+        abandoned: Abandoned | None = None,
+        batch_tokens: int | None = None,
+        workers: int | None = None,
+    ) -> list[Translation | None]:
+        """The translations of a `prepare`d job, in its order, in batches of at most batch_tokens
+        padded source tokens (None: `runtime`'s) on `workers` (None: `runtime`'s). abandoned: asked
+        with a sentence's index in the job at every decoding step; once True, that sentence
+        leaves its batch and gets None (on threads only: forked workers are not asked)."""
+        if not isinstance(job, Job):
+            raise TypeError(f"decode takes a Job (Translator.prepare's), got {type(job).__name__}")
+        self._check_options(job.options, job.extras)
+        return self._decode(job, self._runtime(batch_tokens, workers), abandoned=abandoned)
+
+    def _runtime(self, batch_tokens: int | None, workers: int | None) -> RuntimeOptions:
+        """The runtime options with this call's batch_tokens and workers (None: the
+        translator's)."""
         given = {"batch_tokens": batch_tokens, "workers": workers}
         changes = {name: value for name, value in given.items() if value is not None}
-        return options, self.runtime.replace(**changes) if changes else self.runtime
+        return self.runtime.replace(**changes) if changes else self.runtime
 
     def _check_options(self, options: DecodeOptions | None, extras: Extras) -> DecodeOptions:
         """The options (None: the defaults), checked against this translator."""
@@ -297,57 +349,37 @@ class Translator:
 
         def encode(block: list[str]) -> list[list[int]]:
             nonlocal seen, truncated
-            ids, lengths = self.encode_counting(_checked_texts(block, seen))
-            seen, truncated = seen + len(block), truncated + self._truncated(lengths)
+            ids, cut = self._encoded(checked_texts(block, seen))
+            seen, truncated = seen + len(block), truncated + len(cut)
             return ids
 
         for chunk, ids in chunks(texts, encode, chunk_tokens, BLOCK_LINES):
-            batches = self.batches(ids, runtime.batch_tokens, runtime.workers)
-            found = self.constraints(chunk, options, glossary)
-            yield from self._decode_batches(
-                ids, batches, options, extras, runtime.workers, first_batch, None, found
-            )
+            # the chunk's job (its lines' cuts are counted above, not kept)
+            terms = self._terms(chunk, options, glossary)
+            job = Job(chunk, options, ids, terms, extras)
+            batches = sorted_batches(ids, runtime.batch_tokens, runtime.workers)
+            yield from self._decode_batches(job, batches, runtime.workers, first_batch)  # type: ignore[misc]
             first_batch += len(batches)
         self._warn_truncated(truncated, seen)
 
-    def batches(self, ids: list[list[int]], batch_tokens: int, workers: int = 1) -> list[list[int]]:
-        """The one batching of source ids: the indices of the non-empty ones, longest first, cut
-        into batches of at most batch_tokens padded tokens (eos counted; a longer sentence goes
-        alone); with fewer batches than workers, the largest are split so that each has one."""
-        return sorted_batches(ids, batch_tokens, workers)
-
-    def translate_batch(
-        self,
-        ids: list[list[int]],
-        options: DecodeOptions,
-        *,
-        attention: bool = False,
-        alignment: bool = False,
-        abandoned: Abandoned | None = None,
-        constraints: list[Constraints] | None = None,
+    def _decode(
+        self, job: Job, runtime: RuntimeOptions, abandoned: Abandoned | None = None
     ) -> list[Translation | None]:
-        """Translate source ids (`encode`'s, of one of `batches`) as one batch, in their order:
-        what a server that batches requests itself calls. None for the ids `abandoned` drops.
-        constraints: each row's, from `constraints` (None: none)."""
-        extras = Extras(attention, alignment)
-        self._check_options(options, extras)
-        batch = [i for i, seq in enumerate(ids) if seq]  # an empty line is not decoded
-        batches = [batch] if batch else []
-        return self._decode_batches(ids, batches, options, extras, 1, 0, abandoned, constraints)
+        """The translations of a job, batched as `runtime` says (`data.batching.sorted_batches`)."""
+        batches = sorted_batches(job.ids, runtime.batch_tokens, runtime.workers)
+        return self._decode_batches(job, batches, runtime.workers, 0, abandoned)
 
     def _decode_batches(
         self,
-        ids: list[list[int]],
+        job: Job,
         batches: list[list[int]],
-        options: DecodeOptions,
-        extras: Extras,
         workers: int,
         first_batch: int,
-        abandoned: Abandoned | None,
-        constraints: list[Constraints] | None = None,
+        abandoned: Abandoned | None = None,
     ) -> list[Translation | None]:
-        """The translations of `ids`, decoding the given batches of indices (empty ids are not
-        decoded; batch b samples with seed + first_batch + b; constraints: of each of `ids`)."""
+        """The translations of the job's sentences, decoding the given batches of indices (empty
+        ids are not decoded; batch b samples with seed + first_batch + b)."""
+        ids, options, extras = job.ids, job.options, job.extras
         results = [extras.empty() if not seq else None for seq in ids]
         # on a CPU that forks, worker processes: no GIL between the searches
         forked = workers > 1 and len(batches) > 1 and self.device.type == "cpu" and can_fork()
@@ -358,21 +390,23 @@ class Translator:
             lengths = [options.max_output_length(len(ids[i])) for i in batch]
             max_len = torch.tensor(lengths, device=self.device)  # (B,)
             dropped = None if abandoned is None or forked else _picked(abandoned, batch)
-            found = None if constraints is None else [constraints[i] for i in batch]
-            searches.append((src, options, max_len, options.seed + first_batch + b, dropped, found))
+            found = None if job.constraints is None else [job.constraints[i] for i in batch]
+            seed = options.seed + first_batch + b
+            searches.append(_Search(src, options, max_len, seed, dropped, found))
         if forked:
             decoded = self._forked_workers(workers).map(searches)
         else:  # threads
             decoded = map_in_workers(self._run_search, searches, workers)
-        for batch, (src, *_), hyps in zip(batches, searches, decoded, strict=True):
+        for batch, search, hyps in zip(batches, searches, decoded, strict=True):
             done = [row for row, h in enumerate(hyps) if h]  # the rows not abandoned
             maps = None
             if extras.weights and done:  # one teacher-forced pass over the best hypotheses
-                kept = attention_weights(self.model, src[done], [hyps[r][0].tokens for r in done])
+                best = [hyps[r][0].tokens for r in done]
+                kept = attention_weights(self.model, search.src[done], best)
                 maps = dict(zip(done, kept, strict=True))
             for row, (i, sentence_hyps) in enumerate(zip(batch, hyps, strict=True)):
-                row_maps = None if maps is None else maps[row]
                 if sentence_hyps:
+                    row_maps = None if maps is None else maps[row]
                     results[i] = translation_of(
                         self.tokenizer, sentence_hyps, ids[i], row_maps, extras
                     )
@@ -393,69 +427,34 @@ class Translator:
             self._workers = None
 
     def _run_search(self, search: _Search) -> list[list[Hypothesis]]:
-        return self._search(*search)
-
-    def _search(
-        self,
-        src: Tensor,
-        options: DecodeOptions,
-        max_len: Tensor,
-        seed: int,
-        abandoned: Abandoned | None = None,
-        constraints: list[Constraints] | None = None,
-    ) -> list[list[Hypothesis]]:
-        """The hypotheses of each row of src (B, S), best first: sampled, greedy or beam search,
-        constrained where `constraints` say ([] for a row `abandoned` dropped)."""
-        if constraints is not None and self._joins is None:
+        """The hypotheses of each row of the search's src (B, S), best first: sampled, greedy or
+        beam search, constrained where its constraints say ([] for a row `abandoned` dropped)."""
+        if search.constraints is not None and self._joins is None:
             self._joins = joining_pieces(self.tokenizer).to(self.device)
-        joins = None if constraints is None else self._joins
         return run(
             self.model,
-            src,
-            options,
-            max_len,
-            seed=seed,
-            abandoned=abandoned,
-            constraints=constraints,
-            joins=joins,
+            search.src,
+            search.options,
+            search.max_len,
+            seed=search.seed,
+            abandoned=search.abandoned,
+            constraints=search.constraints,
+            joins=None if search.constraints is None else self._joins,
         )
-
-    def constraints(
-        self, texts: Sequence[str], options: DecodeOptions, glossary: Glossary | None
-    ) -> list[Constraints] | None:
-        """For each text, the target-token sequences `glossary` asks its translation to contain
-        (None without a glossary). Terms need beam search (a beam of 2 or more)."""
-        if glossary is None:
-            return None
-        found = glossary.constraints(list(texts), self.tokenizer)
-        if any(found):
-            check_search(options)
-        return found
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids of each text, truncated to leave room for eos within max_src_tokens (with
         one warning counting the lines truncated)."""
-        ids, lengths = self.encode_counting(texts)
-        self._warn_truncated(self._truncated(lengths), len(texts))
+        ids, cut = self._encoded(checked_texts(texts))
+        self._warn_truncated(len(cut), len(texts))
         return ids
-
-    def encode_counting(self, texts: list[str]) -> tuple[list[list[int]], list[int]]:
-        """Source ids of each text truncated as `encode` does them (no warning), and each
-        text's whole length in subword tokens (more than max_src_tokens - 1: it was cut)."""
-        ids = self.tokenizer.encode_src(texts)
-        room = self.max_src_tokens - 1
-        return [seq[:room] for seq in ids], [len(seq) for seq in ids]
-
-    def _truncated(self, lengths: list[int]) -> int:
-        """How many of the texts of these lengths (`encode_counting`'s) were cut."""
-        return sum(n > self.max_src_tokens - 1 for n in lengths)
 
     def _warn_truncated(self, n_long: int, n_lines: int) -> None:
         if n_long:
             warnings.warn(
                 f"{n_long} of {n_lines} input lines are longer than {self.max_src_tokens - 1} "
                 "subword tokens and were truncated to that length",
-                stacklevel=4,
+                stacklevel=3,
             )
 
     def translation_of(
@@ -477,19 +476,6 @@ def _picked(abandoned: Abandoned, batch: list[int]) -> Abandoned:
     return lambda r: abandoned(batch[r])
 
 
-def _checked_texts(texts: Sequence[str], first: int = 0) -> list[str]:
-    """`texts` as a list, checked to be strings of valid Unicode (a TypeError or ValueError naming
-    the first that is not; texts[0] is the text of index `first` of the input)."""
-    if isinstance(texts, str):
-        raise TypeError("texts must be a list of sentences, got one str; pass [text]")
-    texts = list(texts)
-    if not all(isinstance(t, str) for t in texts):
-        kinds = sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
-        raise TypeError(f"texts must be strings, got {', '.join(kinds)}")
-    check_unicode(texts, first)
-    return texts
-
-
 def _checked_runtime(runtime: RuntimeOptions | None) -> RuntimeOptions:
     """The runtime options given (None: the defaults), checked to be a `RuntimeOptions`."""
     if runtime is None:
@@ -500,4 +486,4 @@ def _checked_runtime(runtime: RuntimeOptions | None) -> RuntimeOptions:
 
 
 # the defaults, for the modules that take them from here
-__all__ = ["DEFAULT_BATCH_TOKENS", "DEFAULT_MAX_SRC_TOKENS", "Translation", "Translator"]
+__all__ = ["DEFAULT_BATCH_TOKENS", "DEFAULT_MAX_SRC_TOKENS", "Job", "Translation", "Translator"]

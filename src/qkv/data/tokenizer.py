@@ -143,7 +143,7 @@ def _encode(
 
 
 def split_language_token(text: str) -> tuple[list[str], str]:
-    """">>fra<< Hello" -> ([">>fra<<"], " Hello"): a leading target-language token, as
+    """ ">>fra<< Hello" -> ([">>fra<<"], " Hello"): a leading target-language token, as
     MarianTokenizer splits it off before SentencePiece."""
     end = text.find("<<")
     if text.startswith(">>") and end != -1:
@@ -170,6 +170,19 @@ def check_unicode(texts: list[str], first: int = 0) -> None:
                 f"texts[{i}] holds a lone surrogate (U+{ord(text[e.start]):04X} at character "
                 f"{e.start}), so it is not valid Unicode text"
             ) from None
+
+
+def checked_texts(texts: Sequence[str], first: int = 0) -> list[str]:
+    """`texts` as a list, checked to be strings of valid Unicode (a TypeError or ValueError naming
+    the first that is not; texts[0] is the text of index `first` of the input)."""
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of sentences, got one str; pass [text]")
+    texts = list(texts)
+    if not all(isinstance(t, str) for t in texts):
+        kinds = sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
+        raise TypeError(f"texts must be strings, got {', '.join(kinds)}")
+    check_unicode(texts, first)
+    return texts
 
 
 def _id_sequences(ids: Any, method: str) -> list[list[int]]:
@@ -381,7 +394,10 @@ class SubwordTokenizer:
         return [t.lower() for t in texts] if self.lowercase else texts
 
     def _encode_side(
-        self, sp: spm.SentencePieceProcessor, index: dict[str, int] | None, texts: list[str],
+        self,
+        sp: spm.SentencePieceProcessor,
+        index: dict[str, int] | None,
+        texts: list[str],
         dropout: float,
     ) -> list[list[int]]:
         """SentencePiece's ids, or the vocabulary's ids of the pieces (unk for a piece it lacks),

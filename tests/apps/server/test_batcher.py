@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qkv.apps.server import Batcher, Job, QueueFull
+from qkv.apps.server import Batcher, Pending, QueueFull
 from qkv.apps.translator import Translator
 from qkv.decode.options import DecodeOptions
 from qkv.runtime.runtime_options import RuntimeOptions
@@ -24,9 +24,14 @@ class Recording(Translator):
 
     calls: list[tuple[list[list[int]], DecodeOptions]]
 
-    def translate_batch(self, ids, options, **kwargs):  # type: ignore[override]
-        self.calls.append((list(ids), options))
-        return super().translate_batch(ids, options, **kwargs)
+    def decode(self, job, **kwargs):  # type: ignore[override]
+        self.calls.append((list(job.ids), job.options))
+        return super().decode(job, **kwargs)
+
+
+def request(translator: Translator, texts: list[str], options: DecodeOptions, **kwargs) -> Pending:
+    """A request of these texts, prepared by the translator."""
+    return Pending("en-zh", translator.prepare(texts, options), **kwargs)
 
 
 @pytest.fixture
@@ -40,8 +45,8 @@ def translator(model_dir: Path) -> Recording:
 def test_queued_requests_share_sorted_batches_and_get_their_own_results(translator: Recording) -> None:
     batcher = Batcher({"en-zh": translator}, max_wait=0.05)  # batches of the translator's 40 tokens
     texts = [EN[0:3], EN[3:4], EN[4:8]]
-    jobs = [Job("en-zh", t, SHORT) for t in texts]
-    other = Job("en-zh", EN[8:10], SHORT.replace(beam=1))
+    jobs = [request(translator, t, SHORT) for t in texts]
+    other = request(translator, EN[8:10], SHORT.replace(beam=1))
     for job in [*jobs, other]:
         batcher.submit(job)  # all queued before the worker starts: gathered together
     batcher.start()
@@ -70,17 +75,17 @@ def test_queued_requests_share_sorted_batches_and_get_their_own_results(translat
 
 def test_a_cancelled_request_is_not_decoded_and_the_queue_is_bounded(translator: Recording) -> None:
     batcher = Batcher({"en-zh": translator}, max_queue=2)
-    gone, kept = Job("en-zh", [EN[0]], SHORT), Job("en-zh", [EN[1]], SHORT)
+    gone, kept = request(translator, [EN[0]], SHORT), request(translator, [EN[1]], SHORT)
     batcher.submit(gone)
     batcher.submit(kept)
     with pytest.raises(QueueFull):
-        batcher.submit(Job("en-zh", [EN[2]], SHORT))
+        batcher.submit(request(translator, [EN[2]], SHORT))
     gone.future.cancel()  # its caller gave up (a timeout)
     batcher.start()
     assert [r.text for r in kept.future.result(timeout=60)] == translator.translate([EN[1]], SHORT)
     batcher.stop(timeout=60)
-    decoded = [t for texts, _ in translator.calls for t in texts]
-    assert EN[0] not in decoded
+    decoded = [ids for batch, _ in translator.calls for ids in batch]
+    assert translator.encode([EN[0]])[0] not in decoded
 
 
 def test_a_traced_job_runs_alone_on_the_decoding_thread_in_its_turn(translator: Recording) -> None:
@@ -97,13 +102,13 @@ def test_a_traced_job_runs_alone_on_the_decoding_thread_in_its_turn(translator: 
             return f"{name}: {t.translate([EN[0]], SHORT)[0]}"
         return run
 
-    large = Job("en-zh", [EN[1]], SHORT.replace(beam=4, max_len_b=40), traced=traced("large"))
+    large = request(translator, [EN[1]], SHORT.replace(beam=4, max_len_b=40), traced=traced("large"))
     jobs = [
         large,
-        Job("en-zh", [EN[1]], SHORT, traced=traced("small")),
-        Job("en-zh", [EN[1]], SHORT, traced=traced("gone")),
-        Job("en-zh", [EN[1]], SHORT, traced=traced("failing", fail=True)),
-        Job("en-zh", [EN[2]], SHORT),
+        request(translator, [EN[1]], SHORT, traced=traced("small")),
+        request(translator, [EN[1]], SHORT, traced=traced("gone")),
+        request(translator, [EN[1]], SHORT, traced=traced("failing", fail=True)),
+        request(translator, [EN[2]], SHORT),
     ]
     batcher = Batcher({"en-zh": translator}, max_wait=0.05)
     for job in jobs:
@@ -123,7 +128,7 @@ class SteppingIn(Translator):
     """A translator that submits `arrivals` to the batcher at step `at` of the first batch it
     decodes, and records, for each of them, the first batch's steps when it was answered."""
 
-    def translate_batch(self, ids, options, *, abandoned=None, **kwargs):  # type: ignore[override]
+    def decode(self, job, *, abandoned=None, **kwargs):  # type: ignore[override]
         first = not self.steps
         if first:
             asked = abandoned
@@ -136,18 +141,18 @@ class SteppingIn(Translator):
                         self.batcher.submit(job)
                 return asked(row)
 
-        return super().translate_batch(ids, options, abandoned=abandoned, **kwargs)
+        return super().decode(job, abandoned=abandoned, **kwargs)
 
 
 def stepping_in(
-    model_dir: Path, large: DecodeOptions, arrivals: list[Job], requests: int = 1
+    model_dir: Path, large: DecodeOptions, arrivals: list[Pending], requests: int = 1
 ) -> SteppingIn:
     """Decode `requests` large requests in one round (one batch) while `arrivals` come."""
     plain = Translator.load(model_dir)
     t = SteppingIn(plain.model, plain.tokenizer)
     t.steps, t.answered, t.at, t.arrivals = [], [], 10, arrivals
     t.batcher = Batcher({"en-zh": t})
-    jobs = [Job("en-zh", [EN[0]], large) for _ in range(requests)]
+    jobs = [request(plain, [EN[0]], large) for _ in range(requests)]
     for job in jobs:
         t.batcher.submit(job)
     t.batcher.start()
@@ -160,7 +165,7 @@ def stepping_in(
 
 def test_a_small_request_steps_in_between_the_steps_of_a_large_one(model_dir: Path) -> None:
     large = DecodeOptions(beam=4, min_len=300, max_len_b=300)  # 4 x 300: 1,200 decode tokens
-    small = Job("en-zh", [EN[1]], SHORT)  # 2 x 6: 12, under a quarter of the large one
+    small = request(Translator.load(model_dir), [EN[1]], SHORT)  # 2 x 6: 12, under a quarter
     t = stepping_in(model_dir, large, [small])
     # answered before the large batch's next step, and the large one went on after it
     assert t.answered == [10]
@@ -170,7 +175,7 @@ def test_a_small_request_steps_in_between_the_steps_of_a_large_one(model_dir: Pa
 
 def test_a_request_as_large_waits_for_the_round_and_is_batched_after_it(model_dir: Path) -> None:
     large = DecodeOptions(beam=4, min_len=300, max_len_b=300)
-    similar = Job("en-zh", [EN[1]], large.replace(min_len=250))  # 4 x 300 as well
+    similar = request(Translator.load(model_dir), [EN[1]], large.replace(min_len=250))  # 4 x 300
     t = stepping_in(model_dir, large, [similar], requests=4)  # a round of 4 such requests
     assert t.answered == [len(t.steps)]  # after the large one's last step
 

@@ -28,7 +28,7 @@ from typing import Any
 # parser (Limits' defaults) without loading FastAPI.
 _HOME = {
     "Batcher": "batcher",
-    "Job": "batcher",
+    "Pending": "batcher",
     "QueueFull": "batcher",
     "Limits": "limits",
     "ServedModel": "service",

@@ -2,20 +2,22 @@
 
     batcher = Batcher({"en-de": translator}, max_queue=256, max_wait=0.005)
     batcher.start()
-    future = batcher.submit(Job("en-de", ["Hello."], DecodeOptions()))  # concurrent.futures.Future
-    translations = future.result()                                    # [Translation], in order
-    batcher.stop()                                                     # finishes what is queued
+    job = translator.prepare(["Hello."], DecodeOptions())   # encoded once, its work counted
+    future = batcher.submit(Pending("en-de", job))          # a concurrent.futures.Future
+    translations = future.result()                          # [Translation], in order
+    batcher.stop()                                          # finishes what is queued
 
 One worker thread owns the models. It takes the oldest waiting request, then gathers the requests
 that arrive within `max_wait` seconds (up to about `collect_tokens` source tokens), groups
-their sentences by language pair and decoding options, sorts each group by length, cuts it into
-batches of at most its translator's `runtime.batch_tokens` padded source tokens
-(`Translator.batches`) and decodes each batch with `Translator.translate_batch`. Each request
-gets its own translations back, in its order. Greedy and beam search decode every row of a batch
-independently, so the translations a request gets do not depend on what else was in its batch
-(scores agree to float32 rounding: batched matrix products round differently for other shapes).
+their sentences by language pair and decoding options (one `Job.joined` per group), sorts each
+group by length, cuts it into batches of at most its translator's `runtime.batch_tokens` padded
+source tokens (`data.batching.sorted_batches`) and decodes each batch's rows of the group's job
+with `Translator.decode`. Each request gets its own translations back, in its order. Greedy and
+beam search decode every row of a batch independently, so the translations a request gets do not
+depend on what else was in its batch (scores agree to float32 rounding: batched matrix products
+round differently for other shapes).
 
-Within what it gathered, the cheapest group (beam × output length limit of its sentences) is
+Within what it gathered, the cheapest group (`Job.work`: beam × output length limits) is
 decoded first, so that a short request does not wait behind a long one that came with it.
 Requests that arrive while a round decodes step in between its decoding steps when they are small
 beside it (at most a quarter of the work of its largest request, `DecodeOptions.work`, when that
@@ -29,8 +31,8 @@ whose caller gave up (`future.cancel()`: past its deadline, or its client went a
 the next decoding step, and its batches not yet decoded are skipped; the other sentences of its
 batch go on. The queue is bounded: `submit` raises QueueFull when `max_queue` requests wait.
 `abandon(error)` fails every queued and running request with `error` (a server out of time to
-drain); the running batch stops at its next step. A traced job (`Job.traced`: the explain view's
-step-by-step search) is decoded alone by its own function, in the same thread and queue.
+drain); the running batch stops at its next step. A traced request (`Pending.traced`: the explain
+view's step-by-step search) is decoded alone by its own function, in the same thread and queue.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...decode.constrained import Constraints
+from ...data.batching import sorted_batches
 from ...decode.options import DecodeOptions
+from ..translation import Extras, Job
 from ..translator import Translation, Translator
 
 log = logging.getLogger("qkv.serve")
@@ -57,28 +60,22 @@ class QueueFull(Exception):
 
 
 @dataclass(eq=False)
-class Job:
-    """One request's sentences for one language pair, decoded with one set of options."""
+class Pending:
+    """One request waiting for its translations: the `Job` of its sentences (its pair's
+    `Translator.prepare`'s) and the future that gets them."""
 
     pair: str
-    texts: list[str]
-    options: DecodeOptions
-    attention: bool = False
-    alignment: bool = False
-    ids: list[list[int]] | None = None  # the texts' source ids (`Translator.encode`), if known
-    constraints: list[Constraints] | None = None  # the glossary's terms of each text, if any
-    cut: dict[int, int] = field(default_factory=dict)  # text -> its tokens, where ids are cut
-    work: int | None = None  # the decode tokens it may take (default: `DecodeOptions.work`)
-    # a job decoded alone, by this function of its pair's translator (the explain view's traced
-    # search): its future gets what the function returns, not translations
+    job: Job
+    # a request decoded alone, by this function of its pair's translator (the explain view's
+    # traced search): its future gets what the function returns, not translations
     traced: Callable[[Translator], Any] | None = None
     future: Future[Any] = field(default_factory=Future)
     results: list[Translation | None] = field(init=False)
     waiting: int = field(init=False)  # sentences not yet translated
 
     def __post_init__(self) -> None:
-        self.results = [None] * len(self.texts)
-        self.waiting = len(self.texts)
+        self.results = [None] * len(self.job.texts)
+        self.waiting = len(self.job.texts)
 
 
 @dataclass
@@ -94,7 +91,8 @@ class BatchStats:
 
 
 class Batcher:
-    """A decoding worker thread fed by a bounded queue of `Job`s (see the module docstring)."""
+    """A decoding worker thread fed by a bounded queue of `Pending` requests (see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -119,8 +117,8 @@ class Batcher:
         self.collect_tokens = collect_tokens or 4 * largest
         self.batching = batching
         self.on_batch = on_batch
-        self._queue: deque[Job] = deque()
-        self._running: list[Job] = []  # the jobs being decoded
+        self._queue: deque[Pending] = deque()
+        self._running: list[Pending] = []  # the requests being decoded
         self._round = _Round(0)  # the work being decoded, and the rounds stepping into it
         self._submitted = 0  # jobs ever queued (a round looks at the queue when it changed)
         self._cv = threading.Condition()
@@ -149,11 +147,11 @@ class Batcher:
             self._queue.clear()
         return sum(_settle(job, exception=error) for job in jobs)
 
-    def submit(self, job: Job) -> Future[Any]:
-        """Queue a job; its future gets the translations. QueueFull when the queue is full."""
+    def submit(self, job: Pending) -> Future[Any]:
+        """Queue a request; its future gets the translations. QueueFull when the queue is full."""
         if job.pair not in self.translators:
             raise KeyError(job.pair)
-        if not job.texts:
+        if not job.job.texts:
             job.future.set_result([])
             return job.future
         with self._cv:
@@ -173,13 +171,13 @@ class Batcher:
             if not jobs:
                 return
             self._running = jobs
-            self._round = _Round(max(map(_work, jobs)), seen=self._submitted)
+            self._round = _Round(max(p.job.work for p in jobs), seen=self._submitted)
             try:
                 self._decode_safely(jobs)
             finally:
                 self._running = []
 
-    def _decode_safely(self, jobs: list[Job]) -> None:
+    def _decode_safely(self, jobs: list[Pending]) -> None:
         try:
             self._decode(jobs)
         except Exception as e:  # a bug, not the caller's mistake: fail these requests only
@@ -197,7 +195,7 @@ class Batcher:
             return
         with self._cv:
             r.seen = self._submitted
-            small = [job for job in self._queue if 4 * _work(job) <= r.work]
+            small = [job for job in self._queue if 4 * job.job.work <= r.work]
             for job in small:
                 self._queue.remove(job)
         if not small:
@@ -211,7 +209,7 @@ class Batcher:
             r.inside = False
             r.stepped_in += time.perf_counter() - begin
 
-    def _collect(self) -> list[Job]:
+    def _collect(self) -> list[Pending]:
         """The oldest waiting job and those that arrive within max_wait (up to collect_tokens
         source tokens); [] when stopping with nothing queued."""
         with self._cv:
@@ -222,7 +220,7 @@ class Batcher:
             jobs = [self._queue.popleft()]
             if not self.batching:
                 return jobs
-            tokens = _count_chars(jobs[0])
+            tokens = _tokens(jobs[0])
             end = time.monotonic() + self.max_wait
             while tokens < self.collect_tokens:
                 if not self._queue:
@@ -232,38 +230,38 @@ class Batcher:
                     self._cv.wait(left)
                     continue
                 jobs.append(self._queue.popleft())
-                tokens += _count_chars(jobs[-1])
+                tokens += _tokens(jobs[-1])
             return jobs
 
-    def _decode(self, jobs: list[Job]) -> None:
-        """Decode the jobs' sentences in shared batches, by (pair, options), cheapest group
-        first, longest sentences first within a group; a traced job alone, in its cost's turn."""
-        members: dict[tuple[str, DecodeOptions, bool], list[Job]] = {}
-        for job in jobs:  # constrained searches apart: a plain batch stays on the fast path
-            if job.traced is None:
-                members.setdefault((job.pair, job.options, bool(job.constraints)), []).append(job)
-        parts: list[_Group | Job] = [
-            _Group(pair, options, self.translators[pair], same)
-            for (pair, options, _), same in members.items()
+    def _decode(self, jobs: list[Pending]) -> None:
+        """Decode the requests' sentences in shared batches, by (pair, options), cheapest group
+        first, longest sentences first within a group; a traced one alone, in its cost's turn."""
+        members: dict[tuple[str, DecodeOptions, bool], list[Pending]] = {}
+        for p in jobs:  # constrained searches apart: a plain batch stays on the fast path
+            if p.traced is None:
+                key = (p.pair, p.job.options, bool(p.job.constraints))
+                members.setdefault(key, []).append(p)
+        parts: list[_Group | Pending] = [
+            _Group(pair, self.translators[pair], same) for (pair, _, _), same in members.items()
         ]
-        parts += [job for job in jobs if job.traced is not None]
-        for part in sorted(parts, key=lambda p: p.cost if isinstance(p, _Group) else _work(p)):
-            if isinstance(part, Job):
+        parts += [p for p in jobs if p.traced is not None]
+        for part in sorted(parts, key=lambda p: p.job.work):
+            if isinstance(part, Pending):
                 self._decode_traced(part)
             else:
                 self._decode_group(part)
 
     def _decode_group(self, group: _Group) -> None:
-        empty = [k for k, x in enumerate(group.ids) if not x]  # answered without decoding
-        for batch in [empty] * bool(empty) + group.translator.batches(
-            group.ids, group.translator.runtime.batch_tokens
-        ):
+        ids = group.job.ids
+        empty = [k for k, x in enumerate(ids) if not x]  # answered without decoding
+        batches = sorted_batches(ids, group.translator.runtime.batch_tokens)
+        for batch in [empty] * bool(empty) + batches:
             live = [k for k in batch if not group.sentences[k][0].future.done()]
             if live:
                 self._decode_batch(group, live)
 
-    def _decode_traced(self, job: Job) -> None:
-        """A traced job, unless its caller gave up; its function's error fails it alone."""
+    def _decode_traced(self, job: Pending) -> None:
+        """A traced request, unless its caller gave up; its function's error fails it alone."""
         if job.future.done() or job.traced is None:
             return
         try:
@@ -284,18 +282,12 @@ class Batcher:
             self._step_in()
             return owners[row].future.done()
 
+        wanted = [p.job.extras for p in owners]
+        extras = Extras(any(e.attention for e in wanted), any(e.alignment for e in wanted))
         start = time.perf_counter()
         try:
-            results = group.translator.translate_batch(
-                [group.ids[k] for k in live],
-                group.options,
-                attention=any(job.attention for job in owners),
-                alignment=any(job.alignment for job in owners),
-                abandoned=abandoned,
-                constraints=None
-                if group.constraints is None
-                else [group.constraints[k] for k in live],
-            )
+            rows = group.job.rows(live, extras)
+            results = group.translator.decode(rows, abandoned=abandoned, workers=1)
         except Exception as e:
             log.exception("decoding failed")
             for job in set(owners):
@@ -304,7 +296,7 @@ class Batcher:
         if self.on_batch is not None:
             seconds = time.perf_counter() - start
             done = [r for r in results if r is not None]
-            sources = sum(len(group.ids[k]) + 1 for k in live)
+            sources = sum(len(group.job.ids[k]) + 1 for k in live)
             targets = sum(len(r.tokens) + 1 for r in done)
             stats = BatchStats(group.pair, len(live), sources, targets, seconds, steps)
             self.on_batch(stats)
@@ -319,23 +311,13 @@ class Batcher:
 
 
 class _Group:
-    """The sentences of the gathered jobs that share a language pair and decoding options."""
+    """The sentences of the gathered requests that share a language pair and decoding options:
+    one job, and each of its sentences' (request, index in the request)."""
 
-    def __init__(
-        self, pair: str, options: DecodeOptions, translator: Translator, jobs: list[Job]
-    ) -> None:
-        self.pair, self.options, self.translator = pair, options, translator
-        self.sentences = [(job, i) for job in jobs for i in range(len(job.texts))]
-        for job in jobs:
-            if job.ids is None:
-                job.ids = translator.encode(job.texts)
-        self.ids = [job.ids[i] for job, i in self.sentences]  # type: ignore[index]
-        self.constraints = (
-            [job.constraints[i] for job, i in self.sentences]  # type: ignore[index]
-            if jobs[0].constraints
-            else None
-        )
-        self.cost = options.work(map(len, self.ids))  # what decoding it may take
+    def __init__(self, pair: str, translator: Translator, pending: list[Pending]) -> None:
+        self.pair, self.translator = pair, translator
+        self.sentences = [(p, i) for p in pending for i in range(len(p.job.texts))]
+        self.job = Job.joined([p.job for p in pending])
 
 
 class _Round:
@@ -354,21 +336,12 @@ class _Round:
         return 2 * self.stepped_in <= time.perf_counter() - self.start
 
 
-def _work(job: Job) -> int:
-    """The decode tokens a job may take: as the service counted them, or beam × length limits."""
-    if job.work is not None:
-        return job.work
-    if job.ids is None:  # not yet encoded: about 4 characters a token
-        return job.options.work(len(t) // 4 + 1 for t in job.texts)
-    return job.options.work(map(len, job.ids))
+def _tokens(p: Pending) -> int:
+    """A request's source tokens, eos counted."""
+    return sum(len(x) + 1 for x in p.job.ids)
 
 
-def _count_chars(job: Job) -> int:
-    """A cheap stand-in for a job's source tokens while gathering (about 4 characters a token)."""
-    return sum(len(t) // 4 + 1 for t in job.texts)
-
-
-def _settle(job: Job, result: Any = None, exception: Exception | None = None) -> bool:
+def _settle(job: Pending, result: Any = None, exception: Exception | None = None) -> bool:
     """Give a job's future its result or exception, unless it has one or its caller gave up on
     it; whether it was given."""
     try:
@@ -381,4 +354,4 @@ def _settle(job: Job, result: Any = None, exception: Exception | None = None) ->
     return True
 
 
-__all__ = ["BatchStats", "Batcher", "Job", "QueueFull"]
+__all__ = ["BatchStats", "Batcher", "Pending", "QueueFull"]

@@ -44,8 +44,8 @@ async def translate_pieces(
     (sentences, characters, decoding work)."""
     flat = [sentence for p in pieces for sentence in p.sentences]
     svc.check_size(flat)
-    job = svc.check_options(model, options, flat, attention, alignment, glossary)
-    results = iter(await svc.translate(request, job))
+    pending = svc.check_options(model, options, flat, attention, alignment, glossary)
+    results = iter(await svc.translate(request, pending))
     return [[next(results) for _ in p.sentences] for p in pieces]
 
 

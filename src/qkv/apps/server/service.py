@@ -6,8 +6,8 @@ the two decoding lanes and the metrics, in one `Service` on `app.state.service`.
         # ServiceDep: this Service; JsonFields (bodies.py): the body, 403 unless the key matches
         model = svc.resolve(source, target)                # 400 unless the pair is served
         svc.check_size(texts)                              # 400 / 413: unicode, sentences, chars
-        job = svc.check_options(model, o, texts)           # 400 / 413: beam, lengths, total work
-        results = await svc.translate(request, job)        # 503 busy or stopped, 504 too slow
+        pending = svc.check_options(model, o, texts)       # 400 / 413: beam, lengths, total work
+        results = await svc.translate(request, pending)    # 503 busy or stopped, 504 too slow
 
 A request's decoding is bounded before it starts (`check_options`: output tokens, beam, and their
 product over its sentences) and while it runs (`translate`): past its time limit, or once its
@@ -19,6 +19,7 @@ ordinary ones do not wait behind them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -27,12 +28,12 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from ...data.tokenizer import check_unicode
-from ...decode.constrained import Constraints, search_width
 from ...decode.options import TOKEN_COUNTS, DecodeOptions
 from ..documents import SPLITS
 from ..glossary import Glossary, check_search
+from ..translation import Extras, Job
 from ..translator import Translator
-from .batcher import Batcher, Job, QueueFull
+from .batcher import Batcher, Pending, QueueFull
 from .files import FileStore
 from .limits import Limits
 from .metrics import Metrics
@@ -209,12 +210,11 @@ class Service:
         alignment: bool = False,
         glossary: Glossary | None = None,
         terms: bool = True,
-    ) -> Job:
-        """The request's Job, with the work it asks for (beam x output length limits, summed over
-        the sentences; plus the constrained search's width for a sentence with glossary terms),
-        checked against the limits before it starts: 400 / 413 over them. The
-        server's glossary, with the request's `glossary` terms added, gives the Job's terms
-        (terms=False: none, the plain search)."""
+    ) -> Pending:
+        """The request, prepared (`Translator.prepare`: encoded once, its terms, its work) and
+        checked against the limits before it decodes: 400 / 413 over them. The server's
+        glossary, with the request's `glossary` terms added, gives its terms (terms=False: none,
+        the plain search)."""
         limits = self.limits
         if o.beam > limits.max_beam:
             raise HTTPError(
@@ -230,22 +230,32 @@ class Service:
                     f"{name} {getattr(o, name)} is over this server's limit of "
                     f"{limits.max_output_tokens} output tokens (--max-output-tokens)",
                 )
-        ids, lengths = model.translator.encode_counting(texts)
-        cut = {i: n for i, (x, n) in enumerate(zip(ids, lengths, strict=True)) if n > len(x)}
-        constraints = self._constraints(model, o, texts, glossary, terms)
-        # beam search, and the constrained search of a sentence with terms
-        terms_of = constraints or [[]] * len(ids)
-        widths = [o.beam + (search_width(o.beam, c) if c else 0) for c in terms_of]
-        work = o.work(map(len, ids), widths)
-        if work > limits.max_decode_tokens:
+        if terms and self.glossary is not None:  # merged (compiled again) only when asked
+            glossary = self.glossary if glossary is None else self.glossary.merged(glossary)
+        try:
+            extras = Extras(attention, alignment)
+            job = model.translator.prepare(texts, o, glossary if terms else None, extras=extras)
+        except ValueError as e:
+            raise HTTPError(400, str(e)) from None
+        if job.constraints is not None and not any(job.constraints):
+            job = dataclasses.replace(job, constraints=None)  # no term occurs: the plain search
+        self._check_work(job)
+        return Pending(model.pair, job)
+
+    def _check_work(self, job: Job) -> None:
+        """413 when the job may decode more than --max-decode-tokens (beam x the output length
+        limits, wider for sentences with glossary terms); 400 when max_len_a lets a sentence
+        write more than its length + --max-output-tokens."""
+        limits, o = self.limits, job.options
+        if job.work > limits.max_decode_tokens:
             raise HTTPError(
                 413,
-                f"the request may decode {work} tokens (beam {o.beam} x the output length limit "
-                f"of each sentence, more for sentences with glossary terms); the limit is "
+                f"the request may decode {job.work} tokens (beam {o.beam} x the output length "
+                f"limit of each sentence, more for sentences with glossary terms); the limit is "
                 f"{limits.max_decode_tokens} (--max-decode-tokens): send fewer sentences, a "
                 "smaller beam or max_len_b",
             )
-        for i, x in enumerate(ids):  # max_len_a too: the output beyond the source's length
+        for i, x in enumerate(job.ids):  # max_len_a too: the output beyond the source's length
             if o.max_output_length(len(x)) > len(x) + limits.max_output_tokens:
                 raise HTTPError(
                     400,
@@ -254,37 +264,16 @@ class Service:
                     f"this server's limit of its length + {limits.max_output_tokens} "
                     "(--max-output-tokens)",
                 )
-        return Job(model.pair, texts, o, attention, alignment, ids, constraints, cut=cut, work=work)
-
-    def _constraints(
-        self,
-        model: ServedModel,
-        o: DecodeOptions,
-        texts: list[str],
-        glossary: Glossary | None,
-        terms: bool,
-    ) -> list[Constraints] | None:
-        """The terms of each text: the server's glossary with the request's added (None: no
-        term occurs, or terms=False); 400 where they cannot be used."""
-        if not terms:
-            return None
-        if self.glossary is not None:  # merged (its patterns compiled again) only when asked
-            glossary = self.glossary if glossary is None else self.glossary.merged(glossary)
-        try:
-            constraints = model.translator.constraints(texts, o, glossary)
-        except ValueError as e:
-            raise HTTPError(400, str(e)) from None
-        return constraints if constraints is not None and any(constraints) else None
 
     # --- decoding ------------------------------------------------------------------------------
-    async def translate(self, request: Request, job: Job) -> Any:
-        """The job's translations (a traced job: what its function returns), from the lane its
+    async def translate(self, request: Request, job: Pending) -> Any:
+        """The request's translations (a traced one: what its function returns), from the lane its
         work calls for: 503 with Retry-After when
         that lane's queue is full or the server stopped first, 504 past the time limit (or once
         the client has gone), 500 when decoding failed."""
         limits = self.limits
         try:
-            future = self.lanes[job.work > limits.long_request_tokens].submit(job)
+            future = self.lanes[job.job.work > limits.long_request_tokens].submit(job)
         except QueueFull as e:
             message = f"the server is busy: {e}; retry in a moment"
             raise HTTPError(503, message, {"Retry-After": "1"}) from None

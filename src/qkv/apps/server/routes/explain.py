@@ -13,7 +13,7 @@ of that same search (`Translator.translation_of(..., maps=True)`): encoder
 
 One sentence at a time, within the server's limits (characters, beam, decoded tokens, and at most
 MAX_SOURCE_TOKENS source tokens: 413 over it), decoded by the server's decoding thread as a traced
-job (`batcher.Job.traced`): queued, timed out and answered as /translate's requests are.
+request (`batcher.Pending.traced`): queued, timed out and answered as /translate's requests are.
 """
 
 from __future__ import annotations
@@ -73,13 +73,13 @@ async def explain(request: Request, svc: ServiceDep, fields: JsonFields) -> JSON
         o = DecodeOptions(**searched).replace(**given_options(req))
     except ValueError as e:
         raise HTTPError(400, str(e)) from None
-    [ids] = model.translator.encode([text])
+    pending = svc.check_options(model, o, [text], terms=False)  # beam, decoded tokens: the limits
+    [ids] = pending.job.ids
     if len(ids) > MAX_SOURCE_TOKENS:
         message = f"the sentence has {len(ids)} tokens; /v1/explain takes {MAX_SOURCE_TOKENS}"
         raise HTTPError(413, message)
-    job = svc.check_options(model, o, [text], terms=False)  # beam, decoded tokens: the limits
-    job.traced = functools.partial(_explain, text=text, options=o)
-    return JSONResponse(await svc.translate(request, job))
+    pending.traced = functools.partial(_explain, text=text, options=o)
+    return JSONResponse(await svc.translate(request, pending))
 
 
 def _explain(translator: Translator, text: str, options: DecodeOptions) -> dict[str, Any]:

@@ -106,16 +106,16 @@ async def native(request: Request, svc: ServiceDep, fields: JsonFields) -> JSONR
     if req.split == "sentences":
         texts = [s for text in texts for s in split_sentences(text, model.source).sentences]
         svc.check_size(texts)
-    job = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
-    results = await svc.translate(request, job)
+    pending = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
+    results = await svc.translate(request, pending)
     translations = [_native(r, req.attention, req.alignment) for r in results]
     answer = {"source": model.source, "target": model.target, "translations": translations}
     room = model.translator.max_src_tokens - 1
-    if job.cut:  # as the command line warns
+    if pending.job.cut:  # as the command line warns
         answer["warnings"] = [
             f"text {i} has {n} subword tokens: only its first {room} were translated "
             "(--max-src-tokens)"
-            for i, n in sorted(job.cut.items())
+            for i, n in sorted(pending.job.cut.items())
         ]
     return JSONResponse(answer)
 
