@@ -1,20 +1,26 @@
 """Shared test fixtures. Tests run on CPU in float32 with one intra-op thread: tiny models gain nothing from
 more, and one thread does not slow down many-fold when another process competes for the cores (OpenMP
-threads spin while they wait). On a machine with a GPU the tests see none (CUDA_VISIBLE_DEVICES is emptied
+threads spin while they wait): the suite runs its files in one process per core (pytest-xdist,
+pyproject.toml's addopts; `-n 0` for one process), and what several files need is made once. On a machine with a GPU the tests see none (CUDA_VISIBLE_DEVICES is emptied
 before torch first asks), so that `device: auto` resolves to the CPU there as in CI and the oracles'
 tolerances are the CPU's."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import pickle
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import torch
+from filelock import FileLock
 
 from qkv.apps.demo import DemoResult, run_demo
 
 os.environ["CUDA_VISIBLE_DEVICES"] = ""  # subprocesses inherit it
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -56,15 +62,29 @@ def _seed_and_one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], T]) -> T:
+    """make(folder) once per test run: with pytest-xdist's worker processes, the first to ask makes
+    it under a file lock in the folder they share, and the others read what it saved (a pickle)."""
+    root = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        root = root.parent  # the run's folder, above each worker's own
+    with FileLock(str(root / f"{name}.lock")):
+        saved = root / f"{name}.pickle"
+        if saved.exists():
+            return pickle.loads(saved.read_bytes())
+        (root / name).mkdir(exist_ok=True)
+        value = make(root / name)
+        saved.write_bytes(pickle.dumps(value))
+        return value
+
+
 @pytest.fixture(scope="session")
 def short_demo(tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
     """The demo's number task trained briefly (600 updates on 5,000 numbers up to 9999), its model
     directory and its 300 test translations (200 held out, every 1- and 2-digit number): trained once
-    for the tests that need a model that has learned something."""
-    return run_demo(
-        tmp_path_factory.mktemp("demo") / "demo",
-        steps=600,
-        n_test=200,
-        synthetic_max_value=9999,
-        synthetic_train=5000,
-    )
+    per test run for the tests that need a model that has learned something (they only read it)."""
+    def train(folder: Path) -> DemoResult:
+        return run_demo(folder / "demo", steps=600, n_test=200, synthetic_max_value=9999,
+                        synthetic_train=5000)
+
+    return made_once(tmp_path_factory, "short-demo", train)

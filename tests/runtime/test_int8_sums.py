@@ -44,3 +44,26 @@ def test_int8_layers_sum_exactly_where_the_cpu_saturates_int8_products(isa: str 
     if isa == "AVX2":
         assert not found["exact"] and found["levels"] == 63, found
     assert found["levels"] == (127 if found["exact"] else 63), found
+
+
+def test_dynamic_int8_layers_take_7_bit_inputs_so_no_pair_sum_saturates() -> None:
+    """`runtime.quantize`'s layers (torch's dynamic int8 Linear, either library) quantize each input
+    to 128 levels (`reduce_range`): a u8 x s8 pair sum is then at most 2 * 127 * 128 = 32,512, within
+    the 16 bits a CPU without VNNI sums pairs in (vpmaddubsw), so fbgemm and oneDNN cannot saturate.
+    Counted on an identity layer, whose outputs are its quantized inputs."""
+    import torch
+    from torch import nn
+
+    from qkv.runtime.quantize import int8_engines, quantize_int8
+
+    n = 1000
+    layer = nn.Linear(n, n, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.eye(n))
+    x = torch.linspace(-1.0, 3.0, n).unsqueeze(0)  # 1,000 distinct inputs
+    for engine in int8_engines():
+        quantized = quantize_int8(nn.Sequential(layer), engine=engine)
+        with torch.inference_mode():
+            y = quantized(x)
+        assert len(torch.unique(y)) == 128, engine  # 7-bit inputs (256 at 8 bits)
+        assert (y - x).abs().max() <= 4.0 / 127, engine  # each within a step of its input
