@@ -6,6 +6,7 @@ and every attention map), made from the hypotheses of a search by `translation_o
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -91,7 +92,7 @@ class Job:
     extras: Extras = Extras()
     cut: dict[int, int] = dataclasses.field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def widths(self) -> list[int]:
         """The hypotheses each sentence's search keeps: the beam, and for a sentence with terms
         the constrained search's width besides (`decode.constrained.search_width`)."""
@@ -99,7 +100,7 @@ class Job:
         terms = self.constraints or [[]] * len(self.ids)
         return [beam + (search_width(beam, c) if c else 0) for c in terms]
 
-    @property
+    @functools.cached_property
     def work(self) -> int:
         """The decode tokens it may take (`DecodeOptions.work` of its sentences and widths)."""
         return self.options.work(map(len, self.ids), self.widths)
