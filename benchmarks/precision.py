@@ -46,6 +46,7 @@ from qkv import Transformer
 from qkv.decode.search import beam_search, greedy
 from qkv.runtime.precision import describe_hardware, resolve_precision
 from qkv.runtime.prepare import prepare_for_decoding
+from qkv.runtime.runtime_options import RuntimeOptions
 from qkv.runtime.training import prepare_for_training
 from qkv.train.loss import TranslationLoss
 
@@ -89,7 +90,10 @@ def train_step(loss_module: TranslationLoss, optimizer: torch.optim.Optimizer, p
 
 def decode_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     model = common.base_model(args.vocab)
-    models = {p: prepare_for_decoding(copy.deepcopy(model), "cpu", precision=p) for p in ("fp32", "bf16")}
+    models = {
+        p: prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision=p))
+        for p in ("fp32", "bf16")
+    }
     n = max(args.batch1_sentences, args.batch32_sentences)
     sources = common.random_sentences(n, common.SRC_LEN, args.vocab, seed=1)  # (n, S)
     rows = []

@@ -122,11 +122,11 @@ def qkv_engine(
     from qkv.decode.search import beam_search, greedy
     from qkv.modeldir import load_model_dir
     from qkv.runtime.prepare import prepare_for_decoding
+    from qkv.runtime.runtime_options import RuntimeOptions
     from qkv.runtime.workers import ForkedWorkers, map_in_workers
 
-    model = prepare_for_decoding(
-        load_model_dir(work / model), "cpu", quantize, pack, precision, capture
-    )  # as Translator.load does
+    settings = RuntimeOptions(precision=precision, quantize=quantize, pack=pack, capture=capture)
+    model = prepare_for_decoding(load_model_dir(work / model), settings)  # as Translator.load does
 
     def decode(src: torch.Tensor) -> list[list[int]]:
         if beam == 1:

@@ -49,8 +49,11 @@ def measure(settings: dict, sources: list) -> dict[str, float]:
 
     from qkv.decode.search import greedy
     from qkv.runtime.prepare import prepare_for_decoding
+    from qkv.runtime.runtime_options import RuntimeOptions
 
-    model = prepare_for_decoding(common.base_model(), "cpu", **settings)
+    model = prepare_for_decoding(
+        common.base_model(), RuntimeOptions(**{"precision": "fp32", **settings})
+    )
 
     def run() -> list[list[int]]:
         return [greedy(model, src, min_len=TOKENS, max_len=TOKENS)[0].tokens for src in sources]
@@ -151,14 +154,17 @@ def int8_split(rounds: int) -> None:
     from qkv.runtime.captured import Int8Linear, capture_decoder
     from qkv.runtime.decoding_attention import use_decoding_attention
     from qkv.runtime.prepare import prepare_for_decoding
+    from qkv.runtime.runtime_options import RuntimeOptions
     from qkv.runtime.swap import replace_modules
+
+    int8_captured = RuntimeOptions(precision="fp32", quantize="int8", capture=True)
 
     base = common.base_model()
     every = replace_modules(
         use_decoding_attention(copy.deepcopy(base).eval()), nn.Linear, Int8Linear
     )
     models = {
-        "as qkv builds it": prepare_for_decoding(base, "cpu", quantize="int8", capture=True),
+        "as qkv builds it": prepare_for_decoding(base, int8_captured),
         "Int8Linear everywhere": capture_decoder(every),
     }
     interleaved(models, rounds)
@@ -172,12 +178,15 @@ def kernel_split(rounds: int) -> None:
 
     import qkv.runtime.captured as captured
     from qkv.runtime.prepare import prepare_for_decoding
+    from qkv.runtime.runtime_options import RuntimeOptions
+
+    int8_captured = RuntimeOptions(precision="fp32", quantize="int8", capture=True)
 
     base = common.base_model()
-    models = {"qkv kernel": prepare_for_decoding(copy.deepcopy(base), quantize="int8", capture=True)}
+    models = {"qkv kernel": prepare_for_decoding(copy.deepcopy(base), int8_captured)}
     built, captured.int8_linear = captured.int8_linear, lambda: None
     try:
-        models["torch's products"] = prepare_for_decoding(base, quantize="int8", capture=True)
+        models["torch's products"] = prepare_for_decoding(base, int8_captured)
     finally:
         captured.int8_linear = built
     interleaved(models, rounds)

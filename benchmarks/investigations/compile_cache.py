@@ -32,12 +32,12 @@ def child(threads: int, int8: bool) -> dict[str, float]:
 
     from qkv.decode.search import beam_search, greedy
     from qkv.runtime.prepare import prepare_for_decoding
+    from qkv.runtime.runtime_options import RuntimeOptions
 
     torch.set_num_threads(threads)
     start = time.perf_counter()
-    model = prepare_for_decoding(
-        common.base_model(), "cpu", capture=True, quantize="int8" if int8 else None
-    )
+    settings = RuntimeOptions(precision="fp32", quantize="int8" if int8 else None, capture=True)
+    model = prepare_for_decoding(common.base_model(), settings)
     times = {"prepare_s": time.perf_counter() - start}
     one = common.random_sentences(1, common.SRC_LEN)  # (1, S)
     two = common.random_sentences(2, common.SRC_LEN)  # (2, S)

@@ -35,6 +35,7 @@ import torch
 from benchmarks import common
 from qkv.decode.search import beam_search, greedy
 from qkv.runtime.prepare import prepare_for_decoding
+from qkv.runtime.runtime_options import RuntimeOptions
 from qkv.runtime.workers import ForkedWorkers, map_in_workers
 
 
@@ -122,13 +123,10 @@ def prepared_model(args: argparse.Namespace) -> torch.nn.Module:
         qkv.runtime.captured.int8_linear = lambda: None
     if args.profile:
         torch._inductor.config.cpp.enable_kernel_profile = True  # a captured step's kernels
-    model = prepare_for_decoding(
-        common.base_model().to(args.device),
-        args.device,
-        quantize=args.quantize,
-        precision=args.precision,
-        capture=args.capture,
+    settings = RuntimeOptions(
+        device=args.device, precision=args.precision, quantize=args.quantize, capture=args.capture
     )
+    model = prepare_for_decoding(common.base_model().to(args.device), settings)
     if args.attention_loops:
         model.decoder.attention_kernel = False
     return model

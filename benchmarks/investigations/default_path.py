@@ -24,8 +24,11 @@ def greedy_speed(settings: dict, sources: list, batch: int) -> float:
 
     from qkv.decode.search import greedy
     from qkv.runtime.prepare import prepare_for_decoding
+    from qkv.runtime.runtime_options import RuntimeOptions
 
-    model = prepare_for_decoding(common.base_model(), "cpu", **settings)
+    model = prepare_for_decoding(
+        common.base_model(), RuntimeOptions(**{"precision": "fp32", **settings})
+    )
     batches = [torch.cat(sources[i : i + batch]) for i in range(0, len(sources), batch)]
 
     def run() -> None:

@@ -38,6 +38,7 @@ from benchmarks import common
 from qkv.decode.search import greedy
 from qkv.runtime.packed import PackedLinear
 from qkv.runtime.prepare import prepare_for_decoding
+from qkv.runtime.runtime_options import RuntimeOptions
 
 LINEARS = (nn.Linear, PackedLinear, torch.ao.nn.quantized.dynamic.Linear)
 D_MODEL, D_FF = 512, 2048
@@ -61,7 +62,8 @@ def step_budget(setting: str, src: Tensor) -> str:
     """ms per step and the linear layers' share, greedy batch 1 over the sentences of `src`."""
     quantize = "int8" if setting == "int8" else None
     pack = {"packed": True, "nn.Linear": False, "int8": None}[setting]
-    model = prepare_for_decoding(common.base_model(), "cpu", quantize=quantize, pack=pack)
+    settings = RuntimeOptions(precision="fp32", quantize=quantize, pack=pack)
+    model = prepare_for_decoding(common.base_model(), settings)
     spent = {"seconds": 0.0, "calls": 0, "bytes": 0}
 
     def timer(layer: nn.Module) -> Callable[[Tensor], Tensor]:

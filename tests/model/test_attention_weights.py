@@ -12,6 +12,7 @@ from qkv import DecoderOnly, EncoderOnly, Transformer
 from qkv.decode.search import attention_weights, beam_search
 from qkv.model import AttentionWeights, padding_mask
 from qkv.runtime.prepare import prepare_for_decoding
+from qkv.runtime.runtime_options import RuntimeOptions
 from tiny_models import batch, random_sources, tiny_config
 
 SOURCES = [[5, 6, 7, 8, 9, 3], [10, 11, 3], [12, 13, 14, 3]]  # a padded batch: lengths 6, 3, 4
@@ -132,7 +133,7 @@ def test_a_prepared_model_gives_the_plain_models_weights() -> None:
     plain = Transformer(tiny_config()).eval()
     prepared = Transformer(tiny_config())
     prepared.load_state_dict(plain.state_dict())
-    prepare_for_decoding(prepared, pack=True)
+    prepare_for_decoding(prepared, RuntimeOptions(precision="fp32", pack=True))
     assert any(type(m).__name__ == "DecodingAttention" for m in prepared.modules())
     sources = random_sources(8, seed=3, max_len=9)
     src = batch(sources)

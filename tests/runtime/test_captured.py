@@ -44,7 +44,7 @@ pytestmark = pytest.mark.slow  # each captured model compiles once (seconds)
 @pytest.fixture(scope="module")
 def models() -> tuple[Transformer, Transformer]:
     """A tiny model whose hypotheses end at varied lengths, readable and captured."""
-    model = prepare_for_decoding(tiny_model(d_model=64, d_ff=128, n_kv_heads=2), pack=False)
+    model = prepare_for_decoding(tiny_model(d_model=64, d_ff=128, n_kv_heads=2), RuntimeOptions(precision="fp32", pack=False))
     return model, capture_decoder(copy.deepcopy(model))
 
 
@@ -113,7 +113,7 @@ def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses(
     monkeypatch.setattr("qkv.runtime.int8_choice.choose_kernel", lambda a, b: True)  # not measured
     model = tiny_model(d_model=64, d_ff=128)
     on, off = (
-        prepare_for_decoding(copy.deepcopy(model), quantize="int8", capture=True) for _ in "ab"
+        prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="fp32", quantize="int8", capture=True)) for _ in "ab"
     )
     for m in off.modules():
         if isinstance(m, Int8Linear):
@@ -132,7 +132,7 @@ def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses(
 @pytest.fixture(scope="module")
 def narrow() -> tuple[Transformer, Transformer]:
     """A model of a shape of its own (d_model 32), readable and captured: no program yet."""
-    model = prepare_for_decoding(tiny_model(d_model=32, d_ff=48, seed=11), pack=False)
+    model = prepare_for_decoding(tiny_model(d_model=32, d_ff=48, seed=11), RuntimeOptions(precision="fp32", pack=False))
     return model, capture_decoder(copy.deepcopy(model))
 
 
@@ -179,7 +179,7 @@ def test_keys_and_values_held_in_float16_between_readable_and_captured_steps() -
     """A captured step with `kv_dtype` float16 stores the cache in float16, casting what a prefix
     (the readable decoder) left, and a readable step after it casts back: every step's logits
     within float16's rounding of the plain model's."""
-    model = prepare_for_decoding(tiny_model(d_model=32, d_ff=64, seed=8), pack=False)
+    model = prepare_for_decoding(tiny_model(d_model=32, d_ff=64, seed=8), RuntimeOptions(precision="fp32", pack=False))
     captured = capture_decoder(copy.deepcopy(model), kv_dtype=torch.float16)
     src = batch(random_sources(2, seed=9, max_len=7))
     tgt = torch.randint(4, 40, (2, 9))
@@ -339,8 +339,8 @@ def test_captured_int8_decodes_near_its_eager_twin(
         monkeypatch.setattr("qkv.runtime.captured.int8_linear", lambda: None)
     monkeypatch.setattr("qkv.runtime.int8_choice.choose_kernel", lambda a, b: True)  # not measured
     model = tiny_model(d_model=64, d_ff=128)
-    eager = prepare_for_decoding(copy.deepcopy(model), pack=False)
-    captured = prepare_for_decoding(model, quantize="int8", capture=True)
+    eager = prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="fp32", pack=False))
+    captured = prepare_for_decoding(model, RuntimeOptions(precision="fp32", quantize="int8", capture=True))
     linear = (nn.Linear, DynamicInt8Linear, Int8Linear)
     kinds = {name: type(m) for name, m in captured.named_modules() if type(m) in linear}
     assert nn.Linear not in kinds.values()
@@ -369,7 +369,7 @@ def test_what_cannot_be_captured_is_refused_with_the_reason(
     rope = Transformer(tiny_config(positional="rope"))
     assert "positional='rope'" in str(capture_refusal(rope))
     with pytest.raises(ValueError, match="cannot capture the decoding step: positional='rope'"):
-        prepare_for_decoding(rope, capture=True)
+        prepare_for_decoding(rope, RuntimeOptions(precision="fp32", capture=True))
     with pytest.raises(ValueError, match="packs its weights itself"):
         RuntimeOptions(capture=True, pack=True)
     monkeypatch.setattr("qkv.runtime.captured.shutil.which", lambda name: None)
@@ -381,7 +381,7 @@ def test_two_captured_models_of_one_shape_each_decode_with_their_own_weights(
 ) -> None:
     """Frozen weights are a program's constants and its guards skip the modules, so the program
     one model compiled must never serve another (`own_step`: each its own code object)."""
-    other = prepare_for_decoding(tiny_model(d_model=32, d_ff=48, seed=12), pack=False)
+    other = prepare_for_decoding(tiny_model(d_model=32, d_ff=48, seed=12), RuntimeOptions(precision="fp32", pack=False))
     plains = [narrow[0], other]
     captured = [narrow[1], capture_decoder(copy.deepcopy(other))]
     src = batch(random_sources(2, seed=7, max_len=8))

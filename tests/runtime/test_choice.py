@@ -19,6 +19,7 @@ from qkv.runtime.choice import (
 )
 from qkv.runtime.measure import fastest
 from qkv.runtime.packed import packing_available
+from qkv.runtime.runtime_options import RuntimeOptions
 from tiny_models import tiny_model
 
 BF16 = {"avx512f", "avx512_bf16"}
@@ -139,9 +140,9 @@ def test_a_path_whose_hypotheses_are_wrong_here_is_left_out(monkeypatch: pytest.
 
     real = choice.prepare_for_decoding
 
-    def wrong(model: torch.nn.Module, device: str, pack: bool, precision: str) -> torch.nn.Module:
-        out = real(model, device, pack=False, precision=precision)
-        if pack:
+    def wrong(model: torch.nn.Module, runtime: RuntimeOptions) -> torch.nn.Module:
+        out = real(model, runtime.replace(pack=False))
+        if runtime.pack:
             with torch.no_grad():
                 for p in out.parameters():
                     p.add_(0.1 * torch.randn_like(p))

@@ -72,9 +72,9 @@ def test_bad_values_are_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFi
     with pytest.raises(ValueError, match=r"^precision='fp16'; choose from auto, fp32, bf16$"):
         P.resolve_precision("fp16", "cpu")
     with pytest.raises(ValueError, match="precision='fp16'"):
-        prepare_for_decoding(tiny_model(), precision="fp16")
+        prepare_for_decoding(tiny_model(), RuntimeOptions(precision="fp16"))
     with pytest.raises(ValueError, match="int8 quantization or bf16"):
-        prepare_for_decoding(tiny_model(), quantize="int8", precision="bf16")
+        prepare_for_decoding(tiny_model(), RuntimeOptions(precision="bf16", quantize="int8"))
     with pytest.raises(SystemExit):
         main(["translate", "--model", str(tmp_path), "--precision", "fp16"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
@@ -82,7 +82,7 @@ def test_bad_values_are_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_int8_with_auto_keeps_its_float32_kernels() -> None:
-    model = prepare_for_decoding(tiny_model(), quantize="int8", precision="auto")
+    model = prepare_for_decoding(tiny_model(), RuntimeOptions(precision="auto", quantize="int8"))
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
@@ -101,8 +101,8 @@ def test_bf16_decoding_matches_fp32_on_a_random_model(rows: int) -> None:
     bf16 matmuls from there), within 3% of the logit scale of fp32's (bf16 keeps 8 mantissa bits). Exact
     outputs are compared on a trained model (below): a random model's near ties flip."""
     model = tiny_model(d_model=64, d_ff=128, ending=False)
-    fp32 = prepare_for_decoding(copy.deepcopy(model), precision="fp32")
-    bf16 = prepare_for_decoding(copy.deepcopy(model), precision="bf16")
+    fp32 = prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="fp32"))
+    bf16 = prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="bf16"))
     assert all(t.dtype == torch.bfloat16 for t in [*bf16.parameters(), *bf16.buffers()] if t.is_floating_point())
     if packing_available(torch.bfloat16):
         linears = [m for m in bf16.modules() if isinstance(m, PackedLinear)]
@@ -172,7 +172,7 @@ def test_a_cpu_that_cannot_pack_bf16_decodes_bf16_unpacked(monkeypatch: pytest.M
     monkeypatch.setattr(prepare_module, "packing_available", fp32_only)
     monkeypatch.setattr(packed_module, "packing_available", fp32_only)
     model = tiny_model(d_model=64, d_ff=128, ending=False)
-    bf16 = prepare_for_decoding(copy.deepcopy(model), precision="bf16")
+    bf16 = prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="bf16"))
     assert not any(isinstance(m, PackedLinear) for m in bf16.modules())
     assert next(bf16.parameters()).dtype == torch.bfloat16
     src = batch(random_sources(5, seed=1, max_len=9))
@@ -181,9 +181,9 @@ def test_a_cpu_that_cannot_pack_bf16_decodes_bf16_unpacked(monkeypatch: pytest.M
     with torch.no_grad():
         ref, got = model.eval()(src, tgt), bf16(src, tgt).float()
     assert 0 < (got - ref).abs().max() < 0.03 * ref.abs().max()
-    assert any(isinstance(m, PackedLinear) for m in prepare_for_decoding(copy.deepcopy(model)).modules())
+    assert any(isinstance(m, PackedLinear) for m in prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="fp32")).modules())
     with pytest.raises(RuntimeError, match=r"cannot pack torch\.bfloat16"):
-        prepare_for_decoding(copy.deepcopy(model), precision="bf16", pack=True)
+        prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="bf16", pack=True))
 
 
 def test_translate_precision_bf16_is_translator_load_bf16(

@@ -15,6 +15,7 @@ from qkv.decode import greedy
 from qkv.runtime import quantize
 from qkv.runtime.prepare import prepare_for_decoding
 from qkv.runtime.quantize import quantize_int8
+from qkv.runtime.runtime_options import RuntimeOptions
 from tiny_models import batch, random_sources, tiny_config, tiny_model
 
 
@@ -146,7 +147,7 @@ def test_each_group_of_layers_gets_the_library_measured_for_its_rows(
         "faster_int8_engine",
         lambda layers, rows: many if rows == quantize.MANY_ROWS else few,
     )
-    model = prepare_for_decoding(tiny_model(), "cpu", quantize="int8")
+    model = prepare_for_decoding(tiny_model(), RuntimeOptions(precision="fp32", quantize="int8"))
     chosen = {n: m.int8_engine for n, m in model.named_modules() if hasattr(m, "int8_engine")}
     assert not any(type(m) is nn.Linear for m in model.modules())
     assert len(chosen) == len([m for m in tiny_model().modules() if type(m) is nn.Linear])

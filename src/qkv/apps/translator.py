@@ -145,8 +145,8 @@ class Translator:
                 why = f"decoding path: {quantize} linear layers (as set)"
             if capture:
                 why += "; the decoding step captured (compiled once, as set)"
-            chosen = dict(quantize=quantize, pack=pack, precision=precision, capture=capture)
-            models.append(prepare_for_decoding(model, device, **chosen, plain_rows=plain_rows))
+            chosen = runtime.replace(pack=pack, precision=precision)  # what was left open, chosen
+            models.append(prepare_for_decoding(model, chosen, plain_rows))
             why += int8_engine_note(models[-1])
         tokenizer = SubwordTokenizer.load(directories[0])
         for d in directories[1:]:

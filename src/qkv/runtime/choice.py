@@ -13,8 +13,8 @@ docs/results.md). The verdict is kept per CPU, torch version, thread count and s
 
     path = choose_decoding_path(model, "cpu")   # what the user left open is measured
     print(path.why)                             # decoding path: bf16, packed weights (...)
-    prepare_for_decoding(model, "cpu", pack=path.pack, precision=path.precision,
-                         plain_rows=path.plain_rows)
+    prepare_for_decoding(model, RuntimeOptions(pack=path.pack, precision=path.precision),
+                         path.plain_rows)
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from .measure import ROWS, alternate, cache_file, cache_key, fastest, read_verdi
 from .packed import PackedLinear, packing_available
 from .precision import cpu_flags, native_bf16, resolve_precision, torch_dtype
 from .prepare import prepare_for_decoding
+from .runtime_options import RuntimeOptions
 
 # (precision, pack) -> {rows: seconds of greedy decoding a few tokens}
 Timings = dict[tuple[str, bool], dict[int, float]]
@@ -93,7 +94,9 @@ def time_greedy_steps(
     log-probabilities are not its plain twin's (`agree`) is left out: it is wrong on this CPU,
     however fast."""
     prepared = {
-        path: prepare_for_decoding(copy.deepcopy(model), "cpu", pack=path[1], precision=path[0])
+        path: prepare_for_decoding(
+            copy.deepcopy(model), RuntimeOptions(precision=path[0], pack=path[1])
+        )
         for path in paths
     }
     vocab = model.config.src_vocab_size

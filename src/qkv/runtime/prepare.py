@@ -16,17 +16,14 @@ from .precision import resolve_precision
 from .quantize import quantize_int8_measured
 from .runtime_options import RuntimeOptions
 
+FP32 = RuntimeOptions(precision="fp32")  # the default: float32 on the CPU, packed where torch packs
+
 
 def prepare_for_decoding(
-    model: nn.Module,
-    device: str | torch.device = "cpu",
-    quantize: str | None = None,
-    pack: bool | None = None,
-    precision: str = "fp32",
-    capture: bool = False,
-    plain_rows: int = 0,
+    model: nn.Module, runtime: RuntimeOptions = FP32, plain_rows: int = 0
 ) -> nn.Module:
-    """The model as decoding runs it, changed in place and put in eval mode.
+    """The model as decoding runs it, changed in place and put in eval mode, as `runtime` says
+    (its device, precision, quantize, pack and capture; the rest is the translator's).
 
     Always: the decoding attention kernels (`runtime.decoding_attention`). Then quantize="int8"
     swaps the linear layers for int8 ones (`runtime.quantize`); otherwise pack=True (or None on a
@@ -49,10 +46,10 @@ def prepare_for_decoding(
     plain_rows: packed layers multiply inputs of at most that many rows by the weights as stored,
     kept beside the packed ones (`runtime.choice` sets it where one row runs faster so).
     """
-    # the settings' rules are RuntimeOptions' (one place): the same ValueErrors
-    RuntimeOptions(
-        device=device, precision=precision, quantize=quantize, pack=pack, capture=capture
-    )
+    if not isinstance(runtime, RuntimeOptions):
+        raise TypeError(f"runtime must be a RuntimeOptions, got {type(runtime).__name__}")
+    device, precision, quantize = runtime.device, runtime.precision, runtime.quantize
+    pack, capture = runtime.pack, runtime.capture
     model = use_decoding_attention(model.eval())
     if quantize is None and resolve_precision(precision, device) == "bf16":
         model = model.to(torch.bfloat16)
@@ -69,4 +66,4 @@ def prepare_for_decoding(
     return model
 
 
-__all__ = ["prepare_for_decoding"]
+__all__ = ["FP32", "prepare_for_decoding"]

@@ -7,32 +7,13 @@
     translations = future.result()                          # [Translation], in order
     batcher.stop()                                          # finishes what is queued
 
-One worker thread owns the models. It takes the oldest waiting request, then gathers the requests
-that arrive within `max_wait` seconds (up to about `collect_tokens` source tokens), groups
-their sentences by language pair and decoding options (one `Job.joined` per group), sorts each
-group by length, cuts it into batches of at most its translator's `runtime.batch_tokens` padded
-source tokens (`data.batching.sorted_batches`) and decodes each batch's rows of the group's job
-with `Translator.decode`. Each request gets its own translations back, in its order. Greedy and
-beam search decode every row of a batch independently, so the translations a request gets do not
-depend on what else was in its batch (scores agree to float32 rounding: batched matrix products
-round differently for other shapes).
-
-Within what it gathered, the cheapest group (`Job.work`: beam × output length limits) is
-decoded first, so that a short request does not wait behind a long one that came with it.
-Requests that arrive while a round decodes step in between its decoding steps when they are small
-beside it (at most a quarter of the work of its largest request, `DecodeOptions.work`, when that
-is `STEP_IN_FROM` or more: ordinary requests keep sharing batches): they are
-decoded at once, as a round of their own, and the round goes on where it stopped. So an ordinary
-request waits for one step of a large one, not for all of it. While the large round has work
-left, the rounds that step in take at most half the time (a flood of small requests slows a large
-one by half, never stops it). Requests as large as the round's wait and are batched together, as
-without stepping in. A request
-whose caller gave up (`future.cancel()`: past its deadline, or its client went away) is dropped at
-the next decoding step, and its batches not yet decoded are skipped; the other sentences of its
-batch go on. The queue is bounded: `submit` raises QueueFull when `max_queue` requests wait.
-`abandon(error)` fails every queued and running request with `error` (a server out of time to
-drain); the running batch stops at its next step. A traced request (`Pending.traced`: the explain
-view's step-by-step search) is decoded alone by its own function, in the same thread and queue.
+One thread owns the models. It gathers the requests that arrive within `max_wait` of the oldest,
+joins those of one pair and options into one job (`Job.joined`), cheapest job first, and decodes
+it in batches of at most `runtime.batch_tokens` padded source tokens, longest sentences first;
+each request gets its own translations, which do not depend on what else shared its batch (scores
+to float32 rounding). Small requests step in between the steps of a large round (`_step_in`); a
+request whose caller gave up leaves its batch at the next step; the queue is bounded (QueueFull);
+a traced request (`Pending.traced`, the explain view's search) runs alone, by its own function.
 """
 
 from __future__ import annotations
@@ -186,8 +167,12 @@ class Batcher:
                 _settle(job, exception=e)
 
     def _step_in(self) -> None:
-        """Between two decoding steps of the running round: decode first the waiting jobs that
-        are small beside it, while they have had at most half the round's time."""
+        """Between two decoding steps of the running round, when its largest request may decode
+        `STEP_IN_FROM` tokens or more (ordinary rounds share batches instead): decode at once, as
+        a round of their own, the waiting requests of at most a quarter of its work, while they
+        have had at most half the round's time; requests as large wait for the round to end.
+        So an ordinary request waits for one step of a large one, not for all of it, and a flood
+        of small ones slows a large one by half, never stops it."""
         r = self._round
         if r.work < STEP_IN_FROM or r.inside or r.seen == self._submitted or not self.batching:
             return  # asked at each row of each step; ordinary rounds: later requests share batches
