@@ -42,7 +42,8 @@ def test_a_traced_search_gives_the_translation_and_maps_of_translate_detailed(
 
     translator = Translator.load(model_dir)
     options = DecodeOptions(beam=3, max_len_b=8, min_len=2, nbest=1)
-    steps, hyps, ids = traced_search(translator, EN[1], options)
+    [ids] = translator.encode([EN[1]])
+    steps, hyps = traced_search(translator, ids, options)
     got = translator.translation_of(ids, hyps[:1], maps=True)
     [want] = translator.translate_detailed([EN[1]], options, attention_maps=True)
     assert steps and (got.text, got.tokens) == (want.text, want.tokens)

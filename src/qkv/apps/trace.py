@@ -32,17 +32,17 @@ SHOWN = 8  # candidates shown per step (of the 2 * beam ranked)
 
 def trace_translation(translator: Translator, text: str, options: DecodeOptions) -> list[BeamStep]:
     """Every step of the beam search (beam `options.beam`; 1: greedy) that translates `text`."""
-    return traced_search(translator, text, options)[0]
+    [ids] = translator.encode([text])
+    return traced_search(translator, ids, options)[0]
 
 
 def traced_search(
-    translator: Translator, text: str, options: DecodeOptions
-) -> tuple[list[BeamStep], list[Hypothesis], list[int]]:
-    """The beam search that translates `text`, traced: its steps, its `options.beam` best
-    hypotheses (best first) and the source ids it read."""
+    translator: Translator, ids: list[int], options: DecodeOptions
+) -> tuple[list[BeamStep], list[Hypothesis]]:
+    """The beam search that translates source `ids` (`Translator.encode`'s or a prepared job's),
+    traced: its steps and its `options.beam` best hypotheses, best first."""
     if not options.beam_search:
         raise ValueError("the trace shows greedy and beam search; sampling draws: leave it out")
-    [ids] = translator.encode([text])
     tok = translator.tokenizer
     src = pad_sequences([[*ids, tok.eos_id]], tok.pad_id).to(translator.device)  # (1, S)
     steps: list[BeamStep] = []
@@ -56,7 +56,7 @@ def traced_search(
         min_len=options.min_len,
         trace=steps.append,
     )
-    return steps, hyps, ids
+    return steps, hyps
 
 
 def format_trace(steps: list[BeamStep], translator: Translator, options: DecodeOptions) -> str:

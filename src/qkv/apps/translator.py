@@ -310,7 +310,11 @@ class Translator:
         """The runtime options with this call's batch_tokens and workers (None: the
         translator's)."""
         given = {"batch_tokens": batch_tokens, "workers": workers}
-        changes = {name: value for name, value in given.items() if value is not None}
+        changes = {
+            name: value
+            for name, value in given.items()
+            if value is not None and value != getattr(self.runtime, name)
+        }
         return self.runtime.replace(**changes) if changes else self.runtime
 
     def _check_options(self, options: DecodeOptions | None, extras: Extras) -> DecodeOptions:

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .swap import replace_modules
+
 
 @cache
 def packing_available(dtype: torch.dtype = torch.float32) -> bool:
@@ -92,17 +94,10 @@ def pack_linear_weights(model: nn.Module, plain_rows: int = 0) -> nn.Module:
             f"this torch build or CPU cannot pack {dtype} linear weights for oneDNN; "
             "decode unpacked"
         )
-    # (parent, name) pairs, not the layers themselves: each float weight is freed once it is packed;
-    # an empty layer (d_ff 0, the FFN ablation) has nothing to pack
-    places = [
-        (parent, name)
-        for parent in model.modules()
-        for name, child in parent.named_children()
-        if type(child) is nn.Linear and child.weight.numel() > 0
-    ]
-    for parent, name in places:
-        setattr(parent, name, PackedLinear(getattr(parent, name), plain_rows=plain_rows))
-    return model.eval()
+    def packed(layer: nn.Module) -> nn.Module:  # an empty layer (d_ff 0) has nothing to pack
+        return PackedLinear(layer, plain_rows=plain_rows) if layer.weight.numel() > 0 else layer
+
+    return replace_modules(model, nn.Linear, packed).eval()
 
 
 __all__ = ["PackedLinear", "pack_linear_weights", "packing_available"]

@@ -12,6 +12,7 @@ buffers and submodules (the tensors themselves, not copies) in registries of its
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -27,17 +28,24 @@ def replace_modules(
     already), by `make(module)`. Returns the model, or its replacement when the model itself is a
     `kind`. A module registered in several places gets one replacement, registered in all of them.
     """
-    made: dict[int, nn.Module] = {}
+    # (parent, name) places, not the modules: each one is released once its replacement is set (a
+    # float weight freed as its packed copy is made), unless another place still holds it
+    places = [
+        (parent, name)
+        for parent in model.modules()
+        for name, child in parent._modules.items()
+        if type(child) is kind
+    ]
+    made: dict[int, tuple[weakref.ref[nn.Module], nn.Module]] = {}
 
     def replacement(module: nn.Module) -> nn.Module:
-        if id(module) not in made:
-            made[id(module)] = make(module)
-        return made[id(module)]
+        known = made.get(id(module))
+        if known is None or known[0]() is not module:
+            known = made[id(module)] = (weakref.ref(module), make(module))
+        return known[1]
 
-    for parent in list(model.modules()):
-        for name, child in list(parent._modules.items()):  # every name, a module shared or not
-            if type(child) is kind:
-                setattr(parent, name, replacement(child))
+    for parent, name in places:
+        setattr(parent, name, replacement(parent._modules[name]))
     return replacement(model) if type(model) is kind else model
 
 

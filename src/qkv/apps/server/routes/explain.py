@@ -78,14 +78,15 @@ async def explain(request: Request, svc: ServiceDep, fields: JsonFields) -> JSON
     if len(ids) > MAX_SOURCE_TOKENS:
         message = f"the sentence has {len(ids)} tokens; /v1/explain takes {MAX_SOURCE_TOKENS}"
         raise HTTPError(413, message)
-    pending.traced = functools.partial(_explain, text=text, options=o)
+    pending.traced = functools.partial(_explain, ids=ids, options=o)
     return JSONResponse(await svc.translate(request, pending))
 
 
-def _explain(translator: Translator, text: str, options: DecodeOptions) -> dict[str, Any]:
-    """The answer of /v1/explain (a traced job: the decoding thread runs it)."""
+def _explain(translator: Translator, ids: list[int], options: DecodeOptions) -> dict[str, Any]:
+    """The answer of /v1/explain for a sentence's source ids (a traced request: the decoding
+    thread runs it)."""
     # one search: its steps, and the maps of the best hypothesis it found
-    steps, hyps, ids = traced_search(translator, text, options)
+    steps, hyps = traced_search(translator, ids, options)
     t = translator.translation_of(ids, hyps[:1], maps=True)
     pieces = translator.tokenizer.tgt_vocabulary()
     eos = translator.tokenizer.eos_id
