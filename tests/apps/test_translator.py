@@ -372,7 +372,7 @@ def test_prepare_then_decode_is_translate_detailed_and_a_job_splits_and_joins(to
     is `DecodeOptions.work` of its ids, and decoding it, or its rows split and joined again, gives
     `translate_detailed`'s translations; `abandoned` is asked by index in the job."""
     t = translator(tokenizer, runtime=RuntimeOptions(max_src_tokens=8))
-    options = DecodeOptions(beam=2, nbest=2)
+    options = DecodeOptions(beam=2, nbest=2, alpha=1.0, max_len_a=0.5, max_len_b=7)
     texts = [EN[0] * 20, "", *TEXTS[:4]]
     job = t.prepare(texts, options)
     whole = tokenizer.encode_src(texts)
@@ -381,7 +381,16 @@ def test_prepare_then_decode_is_translate_detailed_and_a_job_splits_and_joins(to
     assert job.work == options.work(map(len, job.ids)) == sum(2 * options.max_output_length(len(x)) for x in job.ids)
     with pytest.warns(UserWarning, match="input lines are longer"):
         detailed = t.translate_detailed(texts, options)
-    assert summary(t.decode(job)) == summary(detailed)
+    decoded = t.decode(job)
+    assert summary(decoded) == summary(detailed)
+    for ids, got in zip(job.ids, decoded, strict=True):  # each sentence alone, by beam search itself
+        if not ids:
+            assert (got.text, got.tokens) == ("", [])
+            continue
+        src = pad_sequences([[*ids, tokenizer.eos_id]], tokenizer.pad_id)
+        [hyps] = beam_search(t.model, src, beam=2, alpha=1.0, nbest=2, max_len=int(0.5 * len(ids) + 7))
+        assert got.tokens == hyps[0].tokens
+        assert [score for _, score in got.nbest] == pytest.approx([h.score for h in hyps], abs=1e-4)
     first, rest = job.rows([0, 1, 2]), job.rows([3, 4, 5])
     joined = Job.joined([first, rest])
     assert (joined.texts, joined.ids, joined.cut) == (job.texts, job.ids, job.cut)

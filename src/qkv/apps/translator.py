@@ -280,13 +280,15 @@ class Translator:
     def _terms(
         self, texts: list[str], options: DecodeOptions, glossary: Glossary | None
     ) -> list[Constraints] | None:
-        """For each text, the target-token sequences `glossary` asks its translation to contain
-        (None without a glossary). Terms need beam search (a beam of 2 or more)."""
+        """For each text, the target-token sequences `glossary` asks its translation to contain;
+        None without a glossary or where no term occurs (the plain search, whose translations a
+        sentence without terms gets anyway). Terms need beam search (a beam of 2 or more)."""
         if glossary is None:
             return None
         found = glossary.constraints(texts, self.tokenizer)
-        if any(found):
-            check_search(options)
+        if not any(found):
+            return None
+        check_search(options)
         return found
 
     def decode(

@@ -19,7 +19,6 @@ ordinary ones do not wait behind them.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hmac
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -237,8 +236,6 @@ class Service:
             job = model.translator.prepare(texts, o, glossary if terms else None, extras=extras)
         except ValueError as e:
             raise HTTPError(400, str(e)) from None
-        if job.constraints is not None and not any(job.constraints):
-            job = dataclasses.replace(job, constraints=None)  # no term occurs: the plain search
         self._check_work(job)
         return Pending(model.pair, job)
 
