@@ -196,6 +196,10 @@ def test_native_plain_request_has_no_attention(server: Server, translator: Trans
         ({"content": b'{"text": "a", "alpha": 1e400}', "headers": AUTH}, 400, "alpha"),  # inf
         ({"json": {"text": "a", "beam": 7}, "headers": AUTH}, 400, "--max-beam"),
         ({"json": {"text": "a", "source": "de", "target": "en"}, "headers": AUTH}, 400, "en-zh"),
+        # the key first, then the fields, then the pair (bodies.served_pair)
+        ({"json": {"text": "a", "beam_size": 4, "source": "de", "target": "en"}, "headers": AUTH},
+         400, "beam_size: unknown field"),
+        ({"json": {"text": "a", "source": "de", "target": "en"}}, 403, "Invalid API key"),
         ({"json": {"text": "a"}}, 403, "Invalid API key"),
         ({"json": {"text": "a"}, "headers": {"Authorization": "Bearer nope"}}, 403, "Invalid API key"),
         ({"json": {"text": ["a"] * 41}, "headers": AUTH}, 413, "--max-sentences"),
@@ -215,6 +219,10 @@ def test_native_errors_name_the_field_or_limit(
     ("fields", "status", "message"),
     [
         ({"q": "a", "source": "en", "target": "de", "api_key": KEY}, 400, "en-zh"),
+        ({"q": "a", "source": "en", "target": "de", "api_key": KEY, "format": "xml"}, 400,
+         "format"),
+        ({"source": "en", "target": "de", "api_key": KEY}, 400, "missing q parameter"),
+        ({"q": "a", "source": "en", "target": "de"}, 403, "Invalid API key"),
         ({"source": "en", "target": "zh", "api_key": KEY}, 400, "missing q parameter"),
         ({"q": "a", "source": "en", "target": "zh", "api_key": KEY, "format": "xml"}, 400, "format"),
         ({"q": "a", "source": "en", "target": "zh", "api_key": KEY, "alternatives": -1}, 400,

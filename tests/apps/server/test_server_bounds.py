@@ -50,15 +50,35 @@ def test_a_request_asking_too_much_is_refused_before_it_starts(server: Server) -
 
 
 def test_a_text_cut_to_max_src_tokens_is_said_in_the_answer(model_dir: Path) -> None:
-    """The command line warns; the answer says which text was cut, its length and the limit."""
+    """The command line warns; every answer says which text (and sentence) was cut, its length
+    and the limit: /v1/translate as text, sentences or HTML, /translate, /translate_file."""
+    page = f"<p>1 2</p><p>{EN[0]}</p>"
     with running(model_dir, "--pair", PAIR, "--max-src-tokens", "6") as server:
-        r = server.client.post("/v1/translate", json={"text": ["1 2", EN[0]], "max_len_b": 4})
-        short = server.client.post("/v1/translate", json={"text": "1 2", "max_len_b": 4})
-    assert r.status_code == 200, r.text
+        c = server.client
+        r = c.post("/v1/translate", json={"text": ["1 2", EN[0]], "max_len_b": 4})
+        short = c.post("/v1/translate", json={"text": "1 2", "max_len_b": 4})
+        split = c.post("/v1/translate", json={"text": f"1 2. {EN[0]}", "split": "sentences"})
+        html = c.post("/v1/translate", json={"text": ["1 2", page], "format": "html"})
+        lt = c.post("/translate", json={"q": ["1 2", f"1 2\n{EN[0]}"], "source": "en",
+                                        "target": "zh", "api_key": KEY})
+        lt_short = c.post("/translate", json={"q": "1 2", "source": "en", "target": "zh",
+                                              "api_key": KEY})
+        fields = {"source": "en", "target": "zh", "api_key": KEY}
+        upload = c.post("/translate_file", data=fields,
+                        files={"file": ("page.html", page.encode())})
+    for answer in (r, split, html, lt, upload):
+        assert answer.status_code == 200, answer.text
     [warning] = r.json()["warnings"]
     assert warning.startswith("text 1 has ") and "only its first 5 were" in warning
     assert "--max-src-tokens" in warning
     assert short.status_code == 200 and "warnings" not in short.json()
+    [warning] = split.json()["warnings"]
+    assert warning.startswith("sentence 1 has ")  # the answer's translations[1]
+    assert [w.split(" has ")[0] for w in html.json()["warnings"]] == ["text 1, sentence 1"]
+    assert [w.split(" has ")[0] for w in lt.json()["warnings"]] == ["text 1, sentence 1"]
+    assert "only its first 5 were" in lt.json()["warnings"][0]
+    assert lt_short.status_code == 200 and "warnings" not in lt_short.json()
+    assert [w.split(" has ")[0] for w in upload.json()["warnings"]] == ["text 0, sentence 1"]
 
 
 def test_a_loop_of_hostile_requests_leaves_ordinary_ones_quick(model_dir: Path) -> None:

@@ -67,6 +67,11 @@ def test_explain_limits(server: Server) -> None:
     assert r.status_code == 403
     r = server.client.post("/v1/explain", json={"text": ["a", "b"]}, headers=AUTH)
     assert r.status_code == 400
+    r = server.client.post("/v1/explain", json={"text": "a", "source": "de", "target": "en"},
+                           headers=AUTH)
+    assert r.status_code == 400 and "en-zh" in r.json()["error"]
+    r = server.client.post("/v1/explain", json={"text": "a", "k": 1, "source": "de"}, headers=AUTH)
+    assert r.status_code == 400 and "k: unknown field" in r.json()["error"]  # fields before pair
     assert server.client.get("/explain").status_code == 200
     assert 'href="/explain"' in server.client.get("/").text
 

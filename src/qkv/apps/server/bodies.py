@@ -3,19 +3,22 @@ LibreTranslate's form fields), so that every error is {"error": "field: message"
 `body_doc` documents such a body in the OpenAPI schema. The decoding fields of a body are those
 `DecodeOptions` fields whose metadata names it (`with_options`), read back by `given_options`.
 An endpoint takes its body, read and its API key checked, as a parameter `fields: JsonFields`
-(a JSON object) or `fields: FormFields` (JSON, form fields or query parameters)."""
+(a JSON object) or `fields: FormFields` (JSON, form fields or query parameters); one that names a
+pair takes it validated, with the model serving that pair, as `asked: Asked` from
+`served_pair(Body)`."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from ...decode.options import OPTION_TYPES, DecodeOptions
-from .service import HTTPError, ServiceDep
+from .service import HTTPError, ServedModel, ServiceDep
 
 _OPTIONS = {f.name: f for f in dataclasses.fields(DecodeOptions)}
 
@@ -104,6 +107,27 @@ def validate(model: type[BaseModel], fields: dict[str, Any], libre: bool = False
         raise HTTPError(400, first_error(errors)) from None
 
 
+@dataclass(frozen=True)
+class Asked:
+    """A request body validated, and the model serving the pair it names."""
+
+    body: Any  # the request model's instance
+    model: ServedModel
+
+
+def served_pair(body: type[BaseModel], *, form: bool = False, libre: bool = False) -> Any:
+    """The dependency `asked: Annotated[Asked, served_pair(Body)]`: the body read (403 unless
+    the key), validated as `body` (400 naming the field, `validate`), then its source and
+    target resolved (400 naming the pairs served, `Service.resolve`), in that order."""
+
+    async def dependency(request: Request, svc: ServiceDep) -> Asked:
+        fields = await (_form_fields if form else _json_fields)(request, svc)
+        req = validate(body, fields, libre=libre)
+        return Asked(req, svc.resolve(req.source, req.target))
+
+    return Depends(dependency)
+
+
 def first_error(errors: Any) -> str:
     """'field: message' of the first pydantic error (the body's own name left out)."""
     first = errors[0]
@@ -120,12 +144,14 @@ def first_error(errors: Any) -> str:
 
 
 __all__ = [
+    "Asked",
     "FormFields",
     "JsonFields",
     "body_doc",
     "first_error",
     "given_options",
     "read_fields",
+    "served_pair",
     "validate",
     "with_options",
 ]

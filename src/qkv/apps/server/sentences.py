@@ -2,15 +2,19 @@
 together: what /translate, /translate_file and /v1/translate (`"format": "html"`) share.
 
     pieces = [split(text, "html", svc.split, model.source) for text in texts]
-    done = await translate_pieces(request, svc, model, pieces, options)  # per text, per sentence
-    pieces[0].join([r.text for r in done[0]])                           # the best translation
-    hypothesis(pieces[0], done[0], 1)                                     # the next best one
+    done = await translate_pieces(request, svc, model, pieces, options)
+    pieces[0].join([r.text for r in done.texts[0]])   # the best translation (per text, sentence)
+    hypothesis(pieces[0], done.texts[0], 1)             # the next best one
+    done.warnings                                       # the sentences cut to --max-src-tokens
 
 A text is cut as `qkv.apps.documents` cuts it (the sentences of each line, or each line whole);
 an HTML document as `qkv.apps.html` does (its text in sentences, its markup kept).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from fastapi import Request
 
@@ -19,6 +23,7 @@ from ..documents import Pieces, split_lines, split_sentences
 from ..glossary import Glossary
 from ..html import HtmlDocument
 from ..translator import Translation
+from .batcher import Pending
 from .service import ServedModel, Service
 
 
@@ -30,6 +35,24 @@ def split(text: str, kind: str, how: str, lang: str) -> Pieces | HtmlDocument:
     return split_sentences(text, lang) if how == "sentences" else split_lines(text)
 
 
+@dataclass(frozen=True)
+class Done:
+    """The translations of each text's sentences, and what the answer says of those cut."""
+
+    texts: list[list[Translation]]
+    warnings: list[str]
+
+
+def cut_warnings(pending: Pending, room: int, name: Callable[[int], str]) -> list[str]:
+    """A line for each sentence of the job cut to its first `room` tokens (`Job.cut`), as the
+    command line warns; `name` names sentence i of the job in the answer."""
+    return [
+        f"{name(i)} has {n} subword tokens: only its first {room} were translated "
+        "(--max-src-tokens)"
+        for i, n in sorted(pending.job.cut.items())
+    ]
+
+
 async def translate_pieces(
     request: Request,
     svc: Service,
@@ -39,14 +62,18 @@ async def translate_pieces(
     attention: bool = False,
     alignment: bool = False,
     glossary: Glossary | None = None,
-) -> list[list[Translation]]:
+) -> Done:
     """The translations of each piece's sentences, decoded in one job after the service's checks
-    (sentences, characters, decoding work)."""
+    (sentences, characters, decoding work); a warning for each sentence cut."""
     flat = [sentence for p in pieces for sentence in p.sentences]
     svc.check_size(flat)
     pending = svc.check_options(model, options, flat, attention, alignment, glossary)
     results = iter(await svc.translate(request, pending))
-    return [[next(results) for _ in p.sentences] for p in pieces]
+    where = [
+        f"text {i}, sentence {j}" for i, p in enumerate(pieces) for j in range(len(p.sentences))
+    ]
+    warnings = cut_warnings(pending, model.translator.max_src_tokens - 1, where.__getitem__)
+    return Done([[next(results) for _ in p.sentences] for p in pieces], warnings)
 
 
 def hypothesis(piece: Pieces | HtmlDocument, done: list[Translation], k: int) -> str:
@@ -60,4 +87,4 @@ def hypothesis_score(done: list[Translation], k: int) -> float:
     return sum(r.nbest[k][1] if k < len(r.nbest) else r.score for r in done)
 
 
-__all__ = ["hypothesis", "hypothesis_score", "split", "translate_pieces"]
+__all__ = ["Done", "cut_warnings", "hypothesis", "hypothesis_score", "split", "translate_pieces"]

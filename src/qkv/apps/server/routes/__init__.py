@@ -8,5 +8,6 @@
 
 An endpoint gets what it shares with the others (models, limits, decoding defaults, the API key
 check, the decoding lanes, the metrics) as `svc: ServiceDep`, and its body, read and its API key
-checked, as `fields: JsonFields` (or `FormFields`, bodies.py).
+checked, as `fields: JsonFields` (or `FormFields`, bodies.py); an endpoint whose body names a
+pair takes the body validated and the pair's model as `asked` (`served_pair`, bodies.py).
 """

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
@@ -30,7 +30,7 @@ from ....decode.beam import BeamStep
 from ....decode.options import DecodeOptions, option_names
 from ...trace import traced_search
 from ...translator import Translator
-from ..bodies import JsonFields, body_doc, given_options, validate, with_options
+from ..bodies import Asked, body_doc, given_options, served_pair, with_options
 from ..service import HTTPError, ServiceDep
 from .page import STATIC
 
@@ -52,6 +52,7 @@ class _ExplainBody(BaseModel):
 
 # and the decoding options of metadata "explain" (`decode.options.option`): beam, alpha
 ExplainRequest = with_options("ExplainRequest", _ExplainBody, "explain")
+ExplainAsked = Annotated[Asked, served_pair(ExplainRequest)]
 
 
 @router.get("/explain", include_in_schema=False)
@@ -60,10 +61,9 @@ async def explain_page() -> FileResponse:
 
 
 @router.post("/v1/explain", openapi_extra=body_doc(ExplainRequest, "application/json"))
-async def explain(request: Request, svc: ServiceDep, fields: JsonFields) -> JSONResponse:
+async def explain(request: Request, svc: ServiceDep, asked: ExplainAsked) -> JSONResponse:
     """One sentence's beam search step by step and all its attention maps (see the module)."""
-    req = validate(ExplainRequest, fields)
-    model = svc.resolve(req.source, req.target)
+    req, model = asked.body, asked.model
     text = req.text.strip()
     if not text:
         raise HTTPError(400, "give a sentence to explain")

@@ -18,7 +18,7 @@ picks the one language served into the target; qkv detects no languages, so ther
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 
-from ..bodies import FormFields, body_doc, validate
+from ..bodies import Asked, body_doc, served_pair
 from ..files import SUFFIXES, content_disposition
 from ..sentences import hypothesis, split, translate_pieces
 from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, ServiceDep
@@ -45,20 +45,22 @@ class LibreTranslateRequest(BaseModel):
     api_key: str | None = None
 
 
+LibreAsked = Annotated[Asked, served_pair(LibreTranslateRequest, form=True, libre=True)]
+
+
 @router.post(
     "/translate",
     openapi_extra=body_doc(
         LibreTranslateRequest, "application/json", "application/x-www-form-urlencoded"
     ),
 )
-async def libretranslate(request: Request, svc: ServiceDep, fields: FormFields) -> JSONResponse:
+async def libretranslate(request: Request, svc: ServiceDep, asked: LibreAsked) -> JSONResponse:
     """Translate `q` (a string, or a list of strings) as LibreTranslate does: JSON or form
     body; each text cut into sentences and joined again; `alternatives` asks for the next best
     translations."""
-    req = validate(LibreTranslateRequest, fields, libre=True)
-    model = svc.resolve(req.source, req.target)
+    req, model = asked.body, asked.model
     items = [req.q] if isinstance(req.q, str) else req.q
-    texts, alternatives = await _translate_texts(
+    texts, alternatives, warnings = await _translate_texts(
         request, svc, model, items, req.format, req.alternatives
     )
     one = isinstance(req.q, str)
@@ -68,6 +70,8 @@ async def libretranslate(request: Request, svc: ServiceDep, fields: FormFields) 
     if req.source == "auto":
         detected = {"confidence": 100.0, "language": model.source}
         answer["detectedLanguage"] = detected if one else [detected] * len(items)
+    if warnings:  # a sentence cut to --max-src-tokens (not in LibreTranslate's answer)
+        answer["warnings"] = warnings
     return JSONResponse(answer)
 
 
@@ -78,19 +82,18 @@ async def _translate_texts(
     items: list[str],
     kind: str,
     alternatives: int = 0,
-) -> tuple[list[str], list[list[str]]]:
-    """Each text (kind "text" or "html") translated sentence by sentence in one job, and its
-    `alternatives` next best translations."""
+) -> tuple[list[str], list[list[str]], list[str]]:
+    """Each text (kind "text" or "html") translated sentence by sentence in one job, its
+    `alternatives` next best translations, and a warning for each sentence cut."""
     svc.check_size(items)
     pieces = [split(item, kind, svc.split, model.source) for item in items]
     nbest = alternatives + 1
     o = svc.options.replace(nbest=nbest, beam=max(svc.options.beam, nbest))
     done = await translate_pieces(request, svc, model, pieces, o)
-    texts = [p.join([r.text for r in d]) for p, d in zip(pieces, done, strict=True)]
-    others = [
-        [hypothesis(p, d, k) for k in range(1, nbest)] for p, d in zip(pieces, done, strict=True)
-    ]
-    return texts, others
+    both = list(zip(pieces, done.texts, strict=True))
+    texts = [p.join([r.text for r in d]) for p, d in both]
+    others = [[hypothesis(p, d, k) for k in range(1, nbest)] for p, d in both]
+    return texts, others, done.warnings
 
 
 @router.post("/translate_file")
@@ -116,14 +119,17 @@ async def translate_file(request: Request, svc: ServiceDep) -> JSONResponse:
         raise HTTPError(400, "Invalid request: missing source or target parameter")
     model = svc.resolve(source, target)
     kind = "text" if suffix == ".txt" else "html"
-    [translated], _ = await _translate_texts(request, svc, model, [text], kind)
+    [translated], _, warnings = await _translate_texts(request, svc, model, [text], kind)
     if svc.draining:  # the link would be dead at once: the file goes with the process
         raise HTTPError(
             503, f"the server is stopping: {name} could not be downloaded from it; send it again"
         )
     stored = svc.files.put(name, translated.encode("utf-8"), _client(request))
     url = f"{request.base_url}download_file/{quote(stored, safe='')}"
-    return JSONResponse({"translatedFileUrl": url})
+    answer: dict[str, Any] = {"translatedFileUrl": url}
+    if warnings:  # the file's text, cut into sentences: "text 0, sentence j"
+        answer["warnings"] = warnings
+    return JSONResponse(answer)
 
 
 @router.get("/download_file/{name}")

@@ -17,7 +17,7 @@ where the source has them (`apps.glossary`): the translation contains the target
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -27,8 +27,8 @@ from ....decode.options import DecodeOptions
 from ...documents import split_sentences
 from ...glossary import Glossary
 from ...translator import Translation
-from ..bodies import JsonFields, body_doc, given_options, validate, with_options
-from ..sentences import hypothesis, hypothesis_score, split, translate_pieces
+from ..bodies import Asked, body_doc, given_options, served_pair, with_options
+from ..sentences import cut_warnings, hypothesis, hypothesis_score, split, translate_pieces
 from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, ServiceDep
 
 router = APIRouter(tags=["qkv"])
@@ -57,6 +57,7 @@ class _NativeBody(BaseModel):
 
 # and the decoding options of metadata "native" (`decode.options.option`): beam, alpha, nbest, ...
 NativeRequest = with_options("NativeRequest", _NativeBody, "native")
+NativeAsked = Annotated[Asked, served_pair(NativeRequest)]
 
 
 class Hypothesis(BaseModel):
@@ -90,33 +91,30 @@ class NativeResponse(BaseModel):
     openapi_extra=body_doc(NativeRequest, "application/json"),
     responses={200: {"model": NativeResponse}},
 )
-async def native(request: Request, svc: ServiceDep, fields: JsonFields) -> JSONResponse:
+async def native(request: Request, svc: ServiceDep, asked: NativeAsked) -> JSONResponse:
     """Translate sentences with these decoding options; on request, each sentence's
     cross-attention (best hypothesis, last layer, averaged over heads) with its subword
     tokens, and its hard word alignment. The numbers are `Translator.translate_detailed`'s."""
-    req = validate(NativeRequest, fields)
-    model = svc.resolve(req.source, req.target)
+    req, model = asked.body, asked.model
     texts = [req.text] if isinstance(req.text, str) else req.text
     svc.check_size(texts)
     o, terms = _options(svc, req)
+    answer: dict[str, Any] = {"source": model.source, "target": model.target}
     if req.format == "html":
-        translations = await _documents(request, svc, model, texts, o, terms)
-        answer = {"source": model.source, "target": model.target, "translations": translations}
-        return JSONResponse(answer)
-    if req.split == "sentences":
-        texts = [s for text in texts for s in split_sentences(text, model.source).sentences]
-        svc.check_size(texts)
-    pending = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
-    results = await svc.translate(request, pending)
-    translations = [_native(r, req.attention, req.alignment) for r in results]
-    answer = {"source": model.source, "target": model.target, "translations": translations}
-    room = model.translator.max_src_tokens - 1
-    if pending.job.cut:  # as the command line warns
-        answer["warnings"] = [
-            f"text {i} has {n} subword tokens: only its first {room} were translated "
-            "(--max-src-tokens)"
-            for i, n in sorted(pending.job.cut.items())
-        ]
+        answer["translations"], warnings = await _documents(request, svc, model, texts, o, terms)
+    else:
+        name = "text"
+        if req.split == "sentences":
+            texts = [s for text in texts for s in split_sentences(text, model.source).sentences]
+            svc.check_size(texts)
+            name = "sentence"  # the index of its translation in the answer
+        pending = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
+        results = await svc.translate(request, pending)
+        answer["translations"] = [_native(r, req.attention, req.alignment) for r in results]
+        room = model.translator.max_src_tokens - 1
+        warnings = cut_warnings(pending, room, lambda i: f"{name} {i}")
+    if warnings:  # as the command line warns
+        answer["warnings"] = warnings
     return JSONResponse(answer)
 
 
@@ -144,19 +142,19 @@ async def _documents(
     texts: list[str],
     o: DecodeOptions,
     terms: Glossary | None,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Each text as an HTML document translated with its markup kept: the document, its score
-    (the sum of its sentences') and its n best (each sentence's k-th best)."""
+    (the sum of its sentences') and its n best (each sentence's k-th best); the warnings."""
     pages = [split(text, "html", svc.split, model.source) for text in texts]
     done = await translate_pieces(request, svc, model, pages, o, glossary=terms)
     answers = []
-    for page, sentences in zip(pages, done, strict=True):
+    for page, sentences in zip(pages, done.texts, strict=True):
         nbest = [
             {"text": hypothesis(page, sentences, k), "score": hypothesis_score(sentences, k)}
             for k in range(o.nbest)
         ]
         answers.append({**nbest[0], "nbest": nbest})
-    return answers
+    return answers, done.warnings
 
 
 @router.get("/v1/info")
