@@ -171,6 +171,35 @@ def test_two_preparations_of_the_same_data_at_once_build_it_once(tmp_path: Path)
     assert results[0] == results[1] and results[0][1]["files"]["x.bin"][0] == 5
 
 
+PREPARE_IN_A_PROCESS = """
+import json, os, sys, time
+from pathlib import Path
+from qkv.data.store import built_once
+root = Path(sys.argv[1])
+def build(tmp):
+    (root / f"built-by-{os.getpid()}").write_text("")
+    time.sleep(1.0)
+    (tmp / "x.bin").write_bytes(b"12345")
+    return {"n": 5}
+folder, manifest = built_once(root / "prep", "ids-k", build)
+print(json.dumps([str(folder), manifest["files"]["x.bin"][0]]))
+"""
+
+
+def test_two_processes_preparing_the_same_data_at_once_build_it_once(tmp_path: Path) -> None:
+    """As two runs (or the ranks of one) do: separate processes, the lock file their only link."""
+    import json
+    import subprocess
+    import sys
+
+    runs = [subprocess.Popen([sys.executable, "-c", PREPARE_IN_A_PROCESS, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    answers = [json.loads(run.communicate(timeout=120)[0]) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0]
+    assert len(list(tmp_path.glob("built-by-*"))) == 1  # one built, the other waited
+    assert answers[0] == answers[1] and answers[0][1] == 5
+
+
 def test_bad_input_is_one_line_naming_the_file_and_line_and_leaves_nothing(tmp_path: Path) -> None:
     files = write_corpus(tmp_path / "data")
     root = tmp_path / "prep"
@@ -205,3 +234,24 @@ def test_an_unwritable_folder_is_one_line(tmp_path: Path) -> None:
     root = tmp_path / "afile" / "prep"
     with pytest.raises(DataError, match=f"cannot write prepared data under {root}: .*--prepared_dir"):
         prepare_data(config(files, root), tmp_path / "a", train_tokenizer=True)
+
+
+
+def test_a_read_only_folder_is_one_line_and_nothing_is_written(tmp_path: Path, monkeypatch) -> None:
+    """A folder this user may not write (what chmod a-w gives a user other than root, which the
+    tests may run as: the refusal is made here as the kernel makes it, EACCES on the folder)."""
+    files = write_corpus(tmp_path / "data")
+    root = tmp_path / "prep"
+    root.mkdir()
+    real_open = open
+
+    def refused(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).parent == root:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refused)
+    with pytest.raises(DataError, match=f"^cannot write prepared data under {root}: Permission denied"):
+        prepare_data(config(files, root), tmp_path / "a", train_tokenizer=True)
+    monkeypatch.undo()
+    assert list(root.iterdir()) == []

@@ -14,6 +14,8 @@ three things, kept here:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -77,14 +79,27 @@ def cpu_model_name() -> str:
     return "unknown CPU"
 
 
+KEY_FLAGS = ("avx512f", "vnni", "bf16", "amx")  # CPU flags (parts of their names) kernels depend on
+
+
+@functools.cache
+def _code_digest() -> str:
+    """A digest of runtime/'s sources: a verdict made by other code (paths, checks) is not kept."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def cache_key(shapes: list[tuple[int, int]], flags: set[str]) -> str:
-    """What a verdict depends on: the CPU, its bf16 flags, torch, threads and the shapes."""
-    marks = ",".join(sorted(f for f in flags if "bf16" in f or "amx" in f)) or "-"
+    """What a verdict depends on: the CPU and the flags its kernels depend on, the code that made
+    it (a digest of runtime/'s sources: its paths and checks), torch, threads and the shapes."""
+    marks = ",".join(sorted(f for f in flags if any(k in f for k in KEY_FLAGS))) or "-"
     counted = sorted({s: shapes.count(s) for s in shapes}.items())
     layers = " ".join(f"{i}x{o}*{n}" for (i, o), n in counted)
     return (
-        f"{cpu_model_name()} [{marks}] torch {torch.__version__} "
-        f"threads {torch.get_num_threads()} | {layers}"
+        f"{cpu_model_name()} [{marks}] qkv code {_code_digest()} "
+        f"torch {torch.__version__} threads {torch.get_num_threads()} | {layers}"
     )
 
 
