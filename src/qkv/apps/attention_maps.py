@@ -5,29 +5,11 @@
 
 Each sentence is translated (the search options of `qkv translate`), then the attention weights of
 every layer and head are computed by one teacher-forced pass over the best translation
-(`qkv.decode.search.attention_weights`) and written to OUTDIR:
+(`qkv.decode.search.attention_weights`) and written to OUTDIR: attention.json (rows are queries,
+columns keys) and PNG heatmaps. OUTDIR must be new or empty, so that it holds the maps of these
+sentences only (`overwrite` removes what an earlier `qkv attention` wrote there first).
 
-attention.json, for each sentence:
-    source, translation     the texts
-    source_tokens           the S subword pieces the encoder read, eos ("</s>") included
-    target_tokens           the T pieces the decoder wrote, eos included: position t wrote token t
-    target_input_tokens     the T pieces the decoder read: bos ("<s>"), then target_tokens[:-1]
-    encoder                 [layer][head][source][source]
-    decoder                 [layer][head][target][target]   (row t is 0 after column t: causal)
-    cross                   [layer][head][target][source]
-    Rows are queries, columns keys; a row sums to 1 over the keys it may attend to. Layer and head
-    n of the figures are index n - 1 of the lists.
-PNG heatmaps, tokens as tick labels (rows: target_tokens, or source_tokens for the encoder):
-    cross_layers.png, encoder_layers.png, decoder_layers.png    one panel per layer, heads averaged
-    cross_layer{n}_heads.png, ... (n = 1 .. layers)             every head of layer n
-
-One sentence: attention.json holds its object and the PNGs lie in OUTDIR. Several: attention.json
-holds the list of their objects, in input order, and the PNGs of sentence i lie in OUTDIR/i/
-(i = 1, 2, ...). An empty line has empty token lists and maps, and no PNGs.
-
-OUTDIR must be new or empty, so that it holds the maps of these sentences only. With `overwrite`
-(`--overwrite`), the attention.json and the heatmaps an earlier `qkv attention` wrote there (the
-names above, in OUTDIR and OUTDIR/i/) are removed first; other files stay.
+Details: docs/architecture.md, "Attention maps" (the JSON fields, the file names and folders).
 """
 
 from __future__ import annotations
@@ -72,9 +54,9 @@ def write_attention(
     *,
     overwrite: bool = False,
 ) -> list[Path]:
-    """Translate `texts` and write their attention maps (JSON and PNGs) into `out_dir`, as the
-    module docstring says (`overwrite`: replace an earlier output there), batched as the
-    translator's `runtime` says. Returns the paths written, attention.json first."""
+    """Translate `texts` and write their attention maps (JSON and PNGs) into `out_dir`, as
+    docs/architecture.md, "Attention maps", says (`overwrite`: replace an earlier output there),
+    batched as the translator's `runtime` says. Returns the paths written, attention.json first."""
     texts = list(texts)
     if not texts:
         raise ValueError("no sentences given: nothing to show the attention of")
@@ -139,8 +121,8 @@ def _is(path: Path, kind: Any) -> bool:
 
 
 def attention_record(text: str, translation: Translation, bos: str = "<s>") -> dict[str, Any]:
-    """The JSON object of one sentence (see the module docstring) from its Translation, which
-    carries attention_maps and tokens."""
+    """The JSON object of one sentence (docs/architecture.md, "Attention maps") from its
+    Translation, which carries attention_maps and tokens."""
     source_tokens = translation.source_tokens or []
     target_tokens = translation.target_tokens or []
     maps = translation.attention_maps or AttentionWeights()

@@ -1,29 +1,15 @@
 """The `qkv` command line: thin wrappers over the Python API.
 
-    qkv params --preset base --vocab 37000        parameter count of a preset
-    qkv train CONFIG --out DIR [--key value ...]  train a model directory (--key overrides config)
-    qkv average --model DIR --last 10             average the last N checkpoints of a run
-    qkv average --model DIR --best 5              ... or the N with the best validation scores
-    qkv demo [--out DIR]                          train on synthetic data and show the result
+    qkv --help                                    the commands, one line each
     qkv translate --model DIR [--input FILE]      translate lines (stdin or FILE) to stdout
-    qkv attention --model DIR --out DIR TEXT      every attention map of a translation: JSON, PNGs
-    qkv explain --model DIR TEXT                  one sentence through the model, step by step
-    qkv evaluate --model DIR --src F --ref F      sacreBLEU BLEU and chrF (or --corpus NAME --pair)
-    qkv generate --model DIR [--prompt TEXT]      continue prompts with a language model (--task lm)
-    qkv classify --model DIR [--input FILE]       label lines with a classifier (--task classify)
-    qkv figures --out docs/figures                the ideas of the paper as PNGs (docs/concepts.md)
-    qkv serve --model DIR [--port 8000]           HTTP: LibreTranslate and native APIs, a page
-    qkv convert marian SRC_DIR --out DIR          import an OPUS-MT / Marian model (its HF files)
-    qkv export ctranslate2 DIR --out CT2_DIR      a model directory for CTranslate2 (--quantization)
+    qkv COMMAND --help                            the arguments of a command
 
-Each command is a module of `qkv.apps.commands` (its arguments and its body); this module builds
-the parser from them, parses, runs the command and turns its failures into exit statuses.
-`translate`, `attention`, `evaluate`, `serve` and `generate` build one `DecodeOptions` from their
-arguments, whose defaults are the defaults of `DecodeOptions` (`generate`: of its GENERATE).
+Each command is a module of `qkv.apps.commands`; this module builds the parser from them, parses,
+runs the command and turns its failures into exit statuses: a user's mistake or a refusal of the
+system is one line, `qkv COMMAND: error: ...`, and status 2; Ctrl-C 130; a closed pipe, quietly,
+141.
 
-A user's mistake or a refusal of the system (a missing file, a full disk, an unknown device) ends
-the command with one line, `qkv COMMAND: error: ...`, and exit status 2; Ctrl-C with one line and
-130; a closed pipe (`qkv translate ... | head`) quietly with 141, as a Unix tool killed by SIGPIPE.
+Details: docs/architecture.md, "The command line" (every command, the shared decoding options).
 """
 
 from __future__ import annotations

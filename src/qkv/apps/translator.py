@@ -3,23 +3,15 @@
     translator = Translator.load("runs/multi30k-de-en")     # config.json, weights, tokenizer
     translator.translate(["Ein Mann fährt Fahrrad."])       # -> ["A man rides a bike."]
     translator.translate(texts, DecodeOptions(beam=5, alpha=1.0))
-    translator.translate_detailed(texts, DecodeOptions(nbest=4), attention=True)  # [Translation]
-    job = translator.prepare(texts, options, glossary)      # encoded once; job.work, job.cut
-    translator.decode(job)                                  # [Translation], in input order
     for t in translator.translate_stream(texts):            # in input order, chunk by chunk
         print(t.text, flush=True)
-    Translator.load(["runs/a-avg", "runs/b-avg"])           # an ensemble sharing a tokenizer
-    Translator.load("runs/m30k", RuntimeOptions(device="cuda", batch_tokens=8192))
 
-Translating is two steps, whoever calls them (these methods, `qkv translate`, the server's
-batcher): `prepare` checks and encodes the texts once (a `Job`: ids, glossary terms, the work it
-may take), and `decode` sorts its sentences by length, cuts them into batches of at most
-`batch_tokens` padded source tokens, searches them as the `DecodeOptions` say and returns the
-translations in input order, whatever the batching (sampling's draws aside). How the model runs
-(device, precision, batching, workers) is one `RuntimeOptions`, kept as `translator.runtime`.
-Empty lines give "" without running the model; a line longer than the source limit is cut, with
-one warning counting such lines. `translate_stream` reads any iterable of lines a block at a
-time and decodes a chunk at a time: millions of lines in the memory of one chunk.
+Translating is two steps, whoever calls them: `prepare` checks and encodes the texts once (a
+`Job`), and `decode` batches its sentences by length and returns the translations in input order,
+whatever the batching. How the model runs (device, precision, batching, workers) is one
+`RuntimeOptions`, kept as `translator.runtime`.
+
+Details: docs/architecture.md, "The translator" (every call, the batches, long and empty lines).
 """
 
 from __future__ import annotations

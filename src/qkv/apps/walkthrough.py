@@ -5,18 +5,11 @@ tensor's shape and a few of its numbers, printed from the tensors the model's ow
     page = walkthrough(model, src_ids, tgt_ids, src_pieces, tgt_pieces)   # Markdown lines
     text, page = explain_sentence(translator, "4 0 5 2")   # the greedy translation read back
 
-The steps: tokens -> ids (what "▁" and a joint vocabulary are) -> embedding (x sqrt(D)) ->
-+ positions -> the first encoder layer in detail (the projections' weights and biases; Q, K, V per
-head, one head's Q, K, scores and weights in full; the heads joined and projected; residual and
-norm; the feed-forward network) -> every other encoder layer -> the memory -> the decoder's first
-layer in detail (the causal mask, self-attention, cross-attention over the memory, FFN) -> every
-other decoder layer -> logits -> the next token. Each module is named by its class. What is
-computed by hand here (scores, softmax, concatenation, each layer) is checked against what the
-modules return, and the logits against `model.decode`: the page cannot show a computation the
+What is computed by hand here (scores, softmax, concatenation, each layer) is checked against what
+the modules return, and the logits against `model.decode`: the page cannot show a computation the
 model does not do.
 
-Rows of every matrix are queries, the tokens that attend; a decoder row is named `read→writes`:
-the token its position reads and the one it predicts (as `qkv attention` names it by the latter).
+Details: docs/architecture.md, "The walkthrough" (the steps, how rows are named).
 """
 
 from __future__ import annotations

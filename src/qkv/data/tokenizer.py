@@ -1,35 +1,15 @@
 """Subword tokenization with SentencePiece (Kudo & Richardson, 2018).
 
-The paper used byte-pair encoding with a shared source-target vocabulary of about 37000 tokens for
-English-German; SentencePiece trains BPE or unigram models straight from raw text, so no
-language-specific pre-tokenizer is needed. Ids follow the project convention: pad=0, unk=1, bos=2,
-eos=3.
+    tok = SubwordTokenizer.load(directory)   # tokenizer.json and spm.model (or one per side)
+    ids = tok.encode_src(texts); texts_again = tok.decode_src(ids)
 
-Two choices make the tokenizer lossless, `decode(encode(text)) == text` up to runs of whitespace,
-which matters because translations are scored on their detokenized text against raw references:
+Ids follow the project convention: pad=0, unk=1, bos=2, eos=3. The tokenizer is lossless,
+`decode(encode(text)) == text` up to runs of whitespace (no NFKC normalization; rare CJK characters
+fall back to their UTF-8 bytes), because translations are scored on their detokenized text against
+raw references. An imported Marian model's ids are its vocabulary's ("vocabulary" in
+`tokenizer.json`), decoded as MarianTokenizer decodes them.
 
-* normalization is `identity`: SentencePiece's default NFKC would, for instance, turn the Chinese
-  full-width comma "，" into ","; punctuation normalization is the scorer's job (see
-  `qkv.apps.evaluate`);
-* for scripts with thousands of characters (CJK) the character coverage is 0.9995, as SentencePiece
-  recommends, and the rare characters left out of the vocabulary fall back to their UTF-8 bytes
-  instead of becoming <unk>.
-
-With `lowercase` (recorded in `tokenizer.json`), every text is lowercased before it is encoded, at
-training and at translation time, so the model reads and writes lowercase only — the setup of the
-Multi30k papers, whose BLEU is computed on lowercased text.
-
-Files in a tokenizer directory (their names come from `qkv.modeldir`, which writes them atomically):
-`tokenizer.json` and either `spm.model` (joint) or `spm.src.model` and `spm.tgt.model` (separate).
-
-Ids are SentencePiece's own, or, for an imported model (`qkv.interop.marian`), a vocabulary's: then
-`tokenizer.json` also holds "vocabulary", the pieces in id order of each side ("tgt": null when the
-sides share one) and the pieces of the four special tokens, and a text's id sequence is its pieces'
-places in that list (MarianTokenizer's `vocab.json` over the SentencePiece pieces). A text that
-starts with a target-language token such as ">>fra<<" keeps that token whole, as Marian's
-multilingual models expect. Every id of such a vocabulary decodes as MarianTokenizer's `decode(ids,
-skip_special_tokens=True)` does (`marian_text`), a piece that the decoding SentencePiece model does
-not know included.
+Details: docs/architecture.md, "The tokenizer".
 """
 
 from __future__ import annotations

@@ -2,22 +2,11 @@
 
     qkv translate --alignment    ->  "translation<TAB>0-0 1-2 2-1"   (source word - target word)
 
-The pairs use the format of fast_align and Marian (Pharaoh: 0-based word indices, `src-tgt`, in
-target word order). Words are whitespace-separated words, as users count them, not subwords: the
-SentencePiece pieces, joined with their "▁" read as spaces, split on the spaces; a word's pieces are
-the one that starts it (marked "▁") and those that follow until the next mark. Text written without
-spaces (Chinese, Japanese) is one word per run of characters between spaces; segment it first (as
-for fast_align) to align its words.
+The pairs use the Pharaoh format of fast_align and Marian, over whitespace-separated words as users
+count them, not subwords: each target word is linked to the source word that received the most of
+its pieces' mean attention, so each target word gets exactly one link.
 
-The algorithm, on an attention matrix A (T, S) whose rows are the target pieces and whose columns
-are the source pieces (eos excluded on both sides):
-
-    word attention  W[j, i] = mean over the pieces t of target word j of
-                              sum over the pieces s of source word i of A[t, s]
-    alignment       each target word j is linked to argmax_i W[j, i]
-
-Summing over a source word's pieces gives the attention mass the word received; averaging over a
-target word's pieces gives its mean distribution. Each target word gets exactly one link.
+Details: docs/search.md, "Word alignments".
 """
 
 from __future__ import annotations

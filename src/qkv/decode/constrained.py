@@ -1,35 +1,16 @@
 """Lexically constrained beam search: every output contains given token sequences (a glossary's
 target terms), by dynamic beam allocation (Post & Vilar, 2018), batched.
 
-    hyps = constrained_beam_search(model, src, [[[12, 7]], []], beam=5)   # row 0 must hold 12 7
-    hyps = search_with_constraints(model, src, [[[12, 7]], []], 5)   # the same where needed
+    hyps = search_with_constraints(model, src, [[[12, 7]], []], 5)   # row 0 must hold 12 7
 
 `search_with_constraints` (what `search.run` and a glossary use) runs beam search first and the
-constrained search only for the rows whose best translation lacks a term: a translation that
-already holds its terms is kept as it is. A term takes the place of words the plain translation
-has, so the constrained search of a row may write at most the plain translation's tokens, its
-constraint tokens and LENGTH_SLACK more: without that bound a length penalty (alpha > 0) lets a
-hypothesis spread a forced term's low log-probability over more and more tokens, and the
-hypotheses that ramble before placing the term win.
+constrained search only for the rows whose best translation lacks a term, each capped at the plain
+translation's tokens + its constraint tokens + LENGTH_SLACK: without that cap a length penalty lets
+the hypotheses that ramble before placing a forced term win. Hypotheses are grouped in banks by the
+constraint tokens they have met, and the width is filled round-robin over the banks, so those that
+place the terms compete with their own kind, not with unconstrained ones whose scores are higher.
 
-Each hypothesis carries how far it has come through its sentence's constraints (`Progress`): which
-constraints it holds, and how many tokens of one it is in the middle of. A candidate's bank is the
-number of constraint tokens it has met. A sentence with C constraint tokens keeps a width of
-max(beam, 2 (C + 1)) hypotheses (`search_width`): at least two per bank. At each step its
-candidates are the 2 × width best extensions (as in `decode.beam`), plus, for every alive
-hypothesis, its best next token and each token that advances a constraint (the next token of the
-one it is in, or the first token of one it does not hold yet; eos, once it holds them all). The
-width is filled round-robin over the banks, fullest bank first: the best candidate of each bank,
-then the second best of each, and so on; so hypotheses that place the terms compete with their own
-kind, not with unconstrained ones whose scores are higher. eos is forbidden until every constraint
-is met, except at the length limit, where a hypothesis ends as it is. The candidates with eos among
-the width best of their bank end (with one bank, beam search's rule); finished hypotheses that hold
-every constraint rank before those that do not. The search of a sentence stops as beam search's
-does, after `beam` finished hypotheses (`decode.beam._Finished`); a sentence without constraints
-has one bank and the beam's width, and its search is `beam_search`'s, ids and scores. Given
-`joins`, the tokens that continue the word before them
-(subword pieces without a word-start mark), a constraint that starts a word also ends one: no
-joining token may follow its last token (a glossary's "Reh" does not become "Rehter").
+Details: docs/search.md, "Constrained decoding (glossaries)".
 """
 
 from __future__ import annotations
@@ -292,8 +273,9 @@ def constrained_beam_search(
     abandoned: Abandoned | None = None,
     joins: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search whose outputs hold each row's constraints (the module docstring; joins: see
-    `_end_words`): src (B, S) -> each row's `nbest` best, those holding all first ([]: dropped)."""
+    """Beam search whose outputs hold each row's constraints (docs/search.md, "Constrained decoding
+    (glossaries)"; joins: see `_end_words`): src (B, S) -> each row's `nbest` best, those holding
+    all first ([]: dropped)."""
     _check(constraints, src.size(0), beam, nbest)
     if src.size(0) == 0:
         return []

@@ -1,22 +1,13 @@
 """The largest entries of each row of a wide tensor, found block by block: what `torch.max` and
-`torch.topk` give, several times faster on the CPU for the rows a decoding step makes.
+`torch.topk` give, for the (R, V) log-probs a decoding step picks from.
 
-Each step of a search picks from (R, V) log-probs, V the vocabulary (greedy decoding: each row's
-largest; beam search: the k largest of each sentence's n V candidates). ATen's CPU kernels for
-`max(dim)` (with its index) and `topk` run an element at a time, while `amax` (the value only)
-runs at the speed of memory. So both first take each block of `BLOCK` consecutive entries' largest
-value with `amax`, then look for the answer in a few blocks only:
+ATen's CPU kernels for `max(dim)` (with its index) and `topk` run an element at a time, while `amax`
+(the value only) runs at the speed of memory: so both functions take each block of `BLOCK` entries'
+largest value with `amax`, then look for the answer in a few blocks only. Short rows (`SHORT`), few
+rows (`FEW_ROWS`) and tensors off the CPU take torch's kernel.
 
-* the largest entry of a row lies in the first block whose largest value is the row's largest;
-* the k largest entries of a row lie in the k blocks with the largest block values (every entry
-  greater than the k-th largest value is in one of them, and each of them holds an entry at least
-  that large).
-
-A row's last entries that fill no whole block are looked at as they are. Rows too short for blocks
-to pay (`SHORT`), few rows (`FEW_ROWS`: one sentence's greedy step) and tensors off the CPU (not
-measured there) take torch's kernel.
-Measured on Multi30k's test set and on 300 rows of 10,000 (docs/benchmarks.md, "The search's
-reductions"); tests/decode/test_largest.py checks both against torch, ties and -inf included.
+Details: docs/search.md, "The largest entries, block by block"; measurements: docs/benchmarks.md,
+"The search's reductions".
 """
 
 from __future__ import annotations

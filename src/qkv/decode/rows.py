@@ -1,6 +1,6 @@
 """What every search shares: a hypothesis and its score, the length limits, and the rows being
-decoded (their prefixes, their model state, the next-token log-probabilities). See
-`decode.search` for the conventions."""
+decoded (their prefixes, their model state, the next-token log-probabilities). The conventions:
+docs/search.md, "Conventions shared by all searches"."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def max_lengths(
     return lengths
 
 
-Abandoned = Callable[[int], bool]  # input row -> drop it now (see the module docstring)
+Abandoned = Callable[[int], bool]  # input row -> drop it now (docs/search.md, the conventions)
 
 
 def kept_rows(abandoned: Abandoned | None, sentence: Tensor) -> Tensor | None:

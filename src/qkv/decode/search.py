@@ -1,46 +1,16 @@
 """Search over a model's next-token distribution: greedy, beam search and sampling. Ids in, ids out.
 
     hyps = run(model, src, DecodeOptions(beam=5))   # the one entry: what the options say
-    hyps = run(model, src, options, max_len, seed=3, abandoned=gave_up)
 
-Greedy decoding and sampling are here, beam search in `decode.beam`, and what every search shares
-(hypotheses, length limits, the rows being decoded) in `decode.rows`.
+Every caller (translator, server, generate) goes through `run`. Greedy decoding and sampling are
+here, beam search in `decode.beam`, what every search shares in `decode.rows`. Each search takes a
+model in eval mode (any `decode.interface.Decodable`) and returns one result per input row: the
+tokens after bos up to eos (eos excluded), log P(tokens + eos) and a length-penalized score.
 
-Every function takes a model in eval mode (any `decode.interface.Decodable`) and a batch of inputs,
-and returns one result per row:
+A new decoding algorithm goes in three places: its function here, its field(s) in `DecodeOptions`
+(decode/options.py) and its branch in `run` (docs/architecture.md, "Where to add a thing").
 
-    with an encoder (Transformer, Ensemble):
-                  src (B, S) source ids, each ending with eos, right-padded with pad;
-                  the output starts from bos.
-    without (DecoderOnly: `encode` gives no memory):
-                  src (B, P) prompt ids, all rows of the same length (no padding mask);
-                  the output starts from [bos] + prompt and only the new tokens are returned.
-
-The loop is the one of the paper's inference: encode the source once, then feed one token at a time
-to `model.decode(step_ids (R, 1), memory, memory_mask, cache)`, whose `DecoderCache` keeps the
-self-attention keys/values of the prefix and the cross-attention keys/values of the memory (computed
-at the first step). The memory keeps one row per sentence: the beams of a sentence are consecutive
-rows that share it. `cache.reorder(rows, sources)` follows beam search's back-pointers and also
-drops the rows of finished sentences, so a finished sentence costs nothing. With `use_cache=False`
-every step recomputes the whole prefix; the cache is a pure speed-up and both give the same ids.
-
-Conventions shared by all searches:
-* Returned tokens are the ids after bos up to eos, eos excluded. Pad and bos are never generated.
-* Lengths count generated tokens without eos: eos is forbidden before `min_len` and forced at
-  `max_len` (default: source length + 50, the length of `src` rows counting their eos; for a
-  decoder-only model, 50 new tokens). `model.max_target_positions()` caps `max_len` so that every
-  position can be placed.
-* `abandoned(i) -> bool`, where given, is asked between steps about each input row still being
-  decoded: True drops the row (its caller gave up, e.g. a server request past its deadline); the
-  others go on. A dropped row gets no hypothesis (None from greedy and sample, [] from beam search).
-* `logprob` is log P(tokens + eos | input) under the model (natural log, sum over the steps); the
-  score applies GNMT's length penalty (Wu et al., 2016), as "length penalty alpha" in the paper's
-  section 6.1:
-
-      score = logprob / lp(L),    lp(L) = ((5 + L) / 6) ** alpha,    L = len(tokens) + 1 (with eos)
-
-Results do not depend on the batch: each row's computation is independent of the other rows (up to
-floating-point rounding in batched matrix products), and sentences leave the batch once finished.
+Details: docs/search.md, "One entry: search.run" and "Conventions shared by all searches".
 """
 
 from __future__ import annotations

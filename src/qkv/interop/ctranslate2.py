@@ -4,27 +4,12 @@
     export_ctranslate2("runs/demo", "demo-ct2", quantization="int8")         # the same in Python
     spec = transformer_spec(model, tokenizer)                               # a ctranslate2 spec
 
-The CTranslate2 model is built directly from qkv's modules with `ctranslate2.specs`: one
-`TransformerEncoderSpec` and one `TransformerDecoderSpec` whose options say what qkv's config
-says (post- or pre-norm, LayerNorm or RMSNorm, ReLU, GELU, SiLU or SwiGLU, grouped-query
-attention, biases or none, the score scale and temperature), filled with qkv's weights: the fused
-[W^Q; W^K; W^V] of self-attention, cross-attention's W^Q and [W^K; W^V], the feed-forward layers
-(SwiGLU's gate and value halves apart), the norms, the embeddings and the output projection (with
-its bias, if any). Positions: qkv's own table (sinusoidal, learned; `max_positions` rows, which
-bounds the sentence length), T5's relative bias (the stack's one table in every layer) or rotary
-(halves, not interleaved). The vocabularies are the tokenizer's pieces in id order, the special
-tokens its pad/bos/eos/unk pieces, the decoder starts from bos, and eos is added to every source,
-as qkv does. Shared or separate vocabularies and tied or untied output weights come out as
-CTranslate2 stores them (tied weights once).
+The model is built directly from qkv's modules with `ctranslate2.specs`, whose options say what
+qkv's config says. CTranslate2's length penalty is not GNMT's, so the README.md written beside the
+model gives the Python lines that rank its hypotheses by qkv's score. What CTranslate2 cannot
+compute (ALiBi in the encoder, scores other than dot products) is refused with a ValueError.
 
-CTranslate2 has no ALiBi in its encoder and computes dot-product scores only: such models (and
-models that are not encoder-decoders) are refused with a ValueError saying so.
-
-The output directory also holds the SentencePiece models (`source.spm`, `target.spm`) and a
-README.md with the Python lines that translate with it as `qkv translate` does: CTranslate2's beam
-search without its length penalty, returning 2 * beam finished hypotheses with their log-probs, and
-the best of them by qkv's GNMT score (CTranslate2's `length_penalty` divides by L ** penalty, which
-no setting makes GNMT's ((5 + L) / 6) ** alpha). The README says where the two can still differ.
+Details: docs/formats.md, "CTranslate2".
 """
 
 from __future__ import annotations

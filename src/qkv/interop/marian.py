@@ -4,42 +4,13 @@
     convert_marian("opus-mt-en-de", "en-de")                  # a qkv model directory
     model = from_marian(MarianMTModel(marian_config))         # a Transformer of a model in memory
 
-The source is a Hugging Face Marian directory as it is downloaded: `config.json`, the weights
-(`model.safetensors`, or `pytorch_model.bin` read with `torch.load(weights_only=True)`, which
-unpickles tensors only), `source.spm` and `target.spm`, `vocab.json` (and `target_vocab.json` for
-separate vocabularies) and `tokenizer_config.json`. No `transformers` is needed. The settings of
-config.json are read and checked in `qkv.interop.marian_config`.
+The source is a Hugging Face Marian directory as it is downloaded; no `transformers` is needed.
+Marian is the paper's post-norm encoder-decoder, so every weight has a place in qkv; only the
+sinusoid table is laid out differently, and permuting the d_model axis of every weight
+(`marian_permutation`) makes the import exact. What qkv cannot represent is refused with a
+ValueError naming it, never approximated.
 
-Marian is the paper's post-norm encoder-decoder, so every weight has a place in qkv: the q/k/v
-projections stack into `in_proj` ([W^Q; W^K; W^V]; cross-attention: `q_proj` and `kv_proj` =
-[W^K; W^V]), fc1/fc2 are the feed-forward network (OPUS-MT's activation is swish, qkv's "silu"),
-the layer norms of a layer map one to one onto the norms of its sub-layer blocks, the embeddings
-are scaled by sqrt(d_model) and shared by encoder, decoder and output as the config says, and
-`final_logits_bias` is the output projection's bias. Marian's conventions carry over as they are:
-eos is id 0, pad is the last id and is also the decoder's start token (its embedding row is zero,
-so the decoder starts from a zero vector), the positions count from 0 and stop at Marian's table
-length (`max_position_embeddings`). The tokenizer keeps Marian's ids: `vocab.json`'s numbering of
-the SentencePiece pieces, with target-language tokens (">>fra<<") passed through
-(`qkv.data.tokenizer`, vocabulary ids).
-
-One thing is laid out differently: the sinusoidal positions. Marian's table is
-[sin(pos f_0) .. sin(pos f_{h-1}) | cos(pos f_0) .. cos(pos f_{h-1})], qkv's interleaves the two
-(sin(pos f_0), cos(pos f_0), sin(pos f_1), ...), with the same frequencies f_k = 10000^(-2k/d). So
-qkv's feature i is Marian's feature `perm[i]` (`marian_permutation`). Every operation on the
-residual stream commutes with a permutation of its d_model features: a linear map reading it
-permutes its weight's columns, one writing it permutes its rows and bias, LayerNorm permutes its
-gain and bias (its mean and variance are order-free), and the tied output projection permutes like
-the embedding. The attention heads split the projections' outputs, which are not permuted.
-Permuting the d_model axis of every weight therefore gives a qkv model whose hidden states are
-Marian's with permuted features and whose logits are Marian's: the import is exact (only the order
-of float additions changes).
-
-What qkv cannot represent is refused with a ValueError naming it, never approximated: another
-activation, different head counts or FFN sizes in encoder and decoder, the BART options some
-configs carry (`normalize_before`, `normalize_embedding`, `add_final_layer_norm`,
-`add_bias_logits`), learned positions, and any weight qkv has no place for. So is a config.json
-whose settings have the wrong type or contradict the weights' sizes (naming the setting), and a
-SentencePiece file that does not parse; `qkv convert` then writes nothing.
+Details: docs/formats.md, "Importing a Marian / OPUS-MT model".
 """
 
 from __future__ import annotations

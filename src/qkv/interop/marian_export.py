@@ -5,45 +5,12 @@
     export_marian("runs/demo", "demo-marian")                       # the same in Python
     MarianMTModel.from_pretrained("demo-marian")                    # transformers reads it
 
-The directory holds what `MarianMTModel.from_pretrained` and `MarianTokenizer.from_pretrained`
-read, written without `transformers`:
+The directory is written without `transformers`. Marian is the paper's post-norm encoder-decoder,
+so qkv's layers map back one to one (every d_model axis permuted back): the export is exact.
+transformers' beam search has no GNMT length penalty, so generation_config.json asks for beam 4
+without one. What Marian cannot compute is refused with a ValueError before anything is written.
 
-    config.json             the MarianConfig: sizes, activation, special ids, embedding sharing
-    generation_config.json  the search: beam 4, no length penalty, pad and bos never written
-    model.safetensors       the weights under MarianMTModel's names (tied tensors once; the
-                            position tables are left out: transformers computes them)
-    source.spm, target.spm  qkv's SentencePiece models (the same file twice for a joint one)
-    vocab.json              {piece: id} in qkv's id order (target_vocab.json: the target side of
-                            separate vocabularies)
-    tokenizer_config.json   MarianTokenizer's settings: special pieces, languages, separate_vocabs
-    README.md               how to translate with it, and where it can differ from qkv
-
-Weights. Marian is the paper's post-norm encoder-decoder, so qkv's layers map back one to one:
-`in_proj` = [W^Q; W^K; W^V] splits into q/k/v_proj (cross-attention: `q_proj` and `kv_proj`), the
-feed-forward layers are fc1/fc2, each sub-layer block's norm is Marian's layer norm of that
-sub-layer, and the output bias (zeros without one) is `final_logits_bias`. Marian's sinusoids are
-[sin | cos] where qkv's interleave them, so every d_model axis is permuted by the inverse of
-`marian_permutation`: the export is exact, and `convert_marian` gives back the same tensors.
-Linear layers without biases (bias=False) get zero biases, which compute the same function.
-
-Ids. vocab.json numbers the pieces as qkv does, so no row moves: a qkv-trained tokenizer gives
-SentencePiece's ids (pad 0, unk 1, bos 2, eos 3), an imported one its Marian vocabulary. The config
-names qkv's ids: pad_token_id, eos_token_id (also forced at the length limit) and
-decoder_start_token_id = bos, the token qkv's decoder starts from. MarianTokenizer maps each
-SentencePiece piece through vocab.json and appends eos, which gives qkv's source ids.
-
-Search. transformers' greedy search is qkv's (`qkv translate --beam 1`). Its beam search divides
-by L ** length_penalty, which no setting makes GNMT's ((5 + L) / 6) ** alpha, so
-generation_config.json asks for num_beams 4 and length_penalty 0: `generate`'s translations (and
-those of transformers 4's translation pipeline) are those of `qkv translate --beam 4 --alpha 0`.
-Pad and bos are suppressed after the softmax, as qkv does, and eos is forced at the length limit.
-
-What Marian cannot compute is refused with a one-line ValueError naming it, before anything is
-written: models other than encoder-decoder Transformers, positions other than sinusoidal (learned,
-RoPE, relative, ALiBi, none), pre-norm, RMSNorm, a LayerNorm eps other than 1e-5, SwiGLU,
-grouped-query attention, scores other than scaled dot products, an attention temperature, and a
-lowercasing tokenizer (MarianTokenizer does not lowercase). So are a quantization other than
-float32 and an output directory that is not empty.
+Details: docs/formats.md, "Exporting to a Marian directory".
 """
 
 from __future__ import annotations

@@ -8,19 +8,9 @@
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O
     head_i             = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
-Every score is divided by an optional temperature. Masks follow `masks.py` (bool, True = may
-attend).
-
-Equation 1 is written out once, in `scaled_dot_product_attention` (Q K^T / sqrt(d_k), then
-`softmax_attention`: masks, softmax and A V; readable, returns the weights). Its drop-in twin is
-PyTorch's fused `F.scaled_dot_product_attention`, used by `MultiHeadedAttention` for the dot-product
-scores whenever the weights are not asked for (`fused = True`, nanoGPT's `flash` switch; set it to
-False to run the readable path everywhere). `per_head_attention` is the literal reference: one head
-at a time. Faster kernels for decoding (few queries per row, beams sharing a memory row) live in
-`qkv.runtime.decoding_attention` and are swapped in from outside by `qkv.runtime.prepare`.
-
-A model, a stack or a layer hands out its attention weights, every layer and head, when it is given
-an `AttentionWeights` to fill (`weights=`): the one way to ask for them (no hooks).
+Equation 1 is written out once, readable, in `scaled_dot_product_attention`; `MultiHeadedAttention`
+runs PyTorch's fused twin unless the weights are asked for (`fused`). Masks are bool, True = may
+attend. Details: docs/architecture.md, "Attention".
 """
 
 from __future__ import annotations

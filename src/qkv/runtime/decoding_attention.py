@@ -1,27 +1,16 @@
 """Attention kernels for decoding, swapped into a model from outside (`use_decoding_attention`,
 with `runtime.swap.replace_modules`).
 
-The model's `MultiHeadedAttention` computes equation 1 plainly. Incremental decoding asks it for
-something narrow: a few queries per row (one new token, or one per beam), and cross-attention where
-the g beams of a sentence read that sentence's memory row. Two kernels do these faster, with the
-same math:
+Incremental decoding asks the model's `MultiHeadedAttention` (equation 1, computed plainly) for
+something narrow: a few queries per row, and cross-attention where the g beams of a sentence read
+that sentence's memory row. Two kernels do these faster, with the same math: beams sharing a
+memory row attend to it in one product (its keys and values stored and read once per source, not
+g times), and few queries on the CPU in eval mode run as two plain matmuls from
+`FEW_QUERY_MIN_ROWS` query rows on. Asked for attention weights, a prepared model computes them as
+the plain one does.
 
-* Beams sharing a memory row: the g query rows of a group are stacked along the query axis and
-  attend to their memory row in one product, so the memory's keys and values are stored and read
-  once per source (the plain model repeats them g times).
-* Few queries on the CPU in eval mode: from `FEW_QUERY_MIN_ROWS` query rows on
-  (`FEW_QUERY_MIN_ROWS_BF16` with bf16 weights), with at most `FEW_QUERY_MAX_T` queries per row,
-  two plain matmuls beat the fused kernel's per-call overhead. bf16 with fewer rows runs the fused
-  kernel in fp32 (q, k, v cast up, the output cast back): faster than its bf16 version.
-  The query heads of a group share their key/value head, so they are stacked as that head's queries
-  (no copy of k, v). The thresholds, and the measurement behind them, are in docs/benchmarks.md.
-
-Asked for attention weights (an `AttentionWeights` given to the model), a prepared model computes
-them as the plain one does: the few-query kernel steps aside for the readable path, and the weights
-of stacked queries are laid back out per row.
-
-`tests/runtime/test_decoding_attention.py` checks each kernel against the plain model, and
-`tests/model/test_attention_weights.py` the weights of a prepared model against the plain model's.
+Details: docs/architecture.md, "Attention kernels for decoding"; the thresholds and their
+measurements: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
 """Process-wide settings: the one place where qkv changes the whole process.
 
-Threads, the allocator, oneDNN's primitive cache, cuDNN's attention and the random seeds belong to
-the process, not to a model or a trainer: the command line calls `configure_process` once, before
-it builds anything, and building a `Trainer` or a `Translator` changes none of them
-(`Trainer.train()` draws dropout from a generator state of its own). A program that wants the
-command line's settings calls it itself:
-
     configure_process(**cfg.process_settings())   # threads=..., seed=..., keep_freed_memory=...
     Trainer(cfg, "runs/m30k").train()
 
-Why (docs/benchmarks.md measures each: "Training loop: the CPU recipe", "Training memory", "The
-allocator for decoding", "bf16 on CUDA"):
+Threads, the allocator, oneDNN's primitive cache, cuDNN's attention and the random seeds belong to
+the process, not to a model or a trainer: the command line calls `configure_process` once, before
+it builds anything, and building a `Trainer` or a `Translator` changes none of them. A program
+that wants the command line's settings calls it itself, as above.
 
-* `keep_freed_memory` (Linux/glibc): a training step frees and allocates the same large tensors
-  every step; glibc unmaps big blocks and trims the heap, so each step faults the pages in again.
-* Kept memory fragments where oneDNN builds a primitive per new product shape (bf16 on a CPU):
-  `onednn_primitive_cache` (`TRAINING_PRIMITIVE_CACHE`, read before oneDNN's first primitive) and
-  `release_freed_memory()` (glibc's `malloc_trim`, every `RELEASE_EVERY` updates) slow the growth;
-  tcmalloc ends it, and decoding runs faster with it: `restart_with_tcmalloc()` runs the command
-  again with it preloaded where installed (Debian: `libtcmalloc-minimal4`), as `qkv train`,
-  `evaluate`, `serve` and `translate` of a long file do on a CPU (a program using `Translator`
-  starts Python with `LD_PRELOAD=libtcmalloc_minimal.so.4`).
-* `cudnn_attention=False` (CUDA): cuDNN's attention builds a graph for every new shape, and
-  variable-length batches and decoding steps each bring one; the commands turn it off, and bf16
-  decoding with it on is warned (`runtime.choice`).
+Details: docs/architecture.md, "Process-wide settings" (why each setting); the measurements:
+docs/benchmarks.md, "Training loop: the CPU recipe", "Training memory", "The allocator for
+decoding", "bf16 on CUDA".
 """
 
 from __future__ import annotations
@@ -41,7 +28,8 @@ import torch
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_MAX = -4
-# oneDNN primitives kept while training on the CPU, and updates between releases (module docstring)
+# oneDNN primitives kept while training on the CPU, and updates between releases: why, in
+# docs/architecture.md, "Process-wide settings"
 TRAINING_PRIMITIVE_CACHE = 16
 RELEASE_EVERY = 50
 PRIMITIVE_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
@@ -60,10 +48,11 @@ def configure_process(
     seed: seeds torch (CPU and CUDA), numpy's and Python's global generators. (A `Trainer` draws its
         model initialization and dropout from its own recipe's seed, so training is reproducible
         whatever the process's seed.)
-    keep_freed_memory: ask glibc to keep freed memory (see the module docstring); for CPU training.
-    cudnn_attention: whether scaled_dot_product_attention may use cuDNN on CUDA (module docstring).
-    onednn_primitive_cache: how many oneDNN primitives to keep (module docstring); before the
+    keep_freed_memory: ask glibc to keep freed memory; for CPU training.
+    cudnn_attention: whether scaled_dot_product_attention may use cuDNN on CUDA.
+    onednn_primitive_cache: how many oneDNN primitives to keep; before the
         process's first oneDNN call only, and not over the environment's own setting.
+    Why each of the last three: docs/architecture.md, "Process-wide settings".
     """
     if threads:
         torch.set_num_threads(threads)
@@ -150,10 +139,10 @@ def with_tcmalloc(env: Mapping[str, str], library: str) -> dict[str, str]:
 
 
 def restart_with_tcmalloc() -> None:
-    """Replace this process by the same command with tcmalloc preloaded (module docstring): where
-    tcmalloc is installed and not loaded yet, and this process was not started so already (an
-    LD_PRELOAD that did not take is not tried twice). Returns only where it does nothing. For a
-    program's entry point: whatever the process did so far is lost."""
+    """Replace this process by the same command with tcmalloc preloaded (docs/architecture.md,
+    "Process-wide settings"): where tcmalloc is installed and not loaded yet, and this process was
+    not started so already (an LD_PRELOAD that did not take is not tried twice). Returns only where
+    it does nothing. For a program's entry point: whatever the process did so far is lost."""
     library = tcmalloc_library()
     if library is None or tcmalloc_loaded() or os.environ.get(_RESTARTED):
         return

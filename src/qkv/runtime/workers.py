@@ -1,22 +1,14 @@
 """Batches decoded side by side: throughput mode (CTranslate2's `inter_threads`).
 
-PyTorch runs each operation on all of its intra-op threads, and a decoder step is a few hundred
-small operations: the threads meet at the end of every one of them, and at batch 1 most operations
-are too small to split at all. Workers instead decode *different* batches at the same time, each on
-its own share of the cores (torch's intra-op thread count belongs to the calling thread or process).
+A decoder step is a few hundred small operations, each run on all of torch's intra-op threads,
+which meet at the end of every one; workers instead decode *different* batches at the same time,
+each on its own share of the cores. Threads share everything, but the Python work between the
+kernels holds the GIL; processes (`processes=True`, forked, the weights shared copy-on-write) run
+it side by side too. `map_in_workers` forks per call, `ForkedWorkers` once for many calls; either
+way the calling program should have no other threads at work at the fork (not a server).
 
-Two kinds of worker:
-- threads share the model and everything else; torch's kernels release the GIL, but the Python
-  work between them (module calls, the search) holds it, so threads gain where the kernels are
-  large (batch 32) and little where the steps are small (batch 1);
-- processes (`processes=True`, on systems that fork) are forked from this one and share the model's
-  weights copy-on-write: each has its own interpreter and GIL, so the Python work runs side by side
-  too. Each runs one torch thread (GNU OpenMP's thread pool does not survive a fork: a forked child
-  that asks it for two threads hangs), so give as many workers as cores. Each job's result comes
-  back pickled. `map_in_workers` forks per call; `ForkedWorkers` forks once and keeps its
-  processes for many calls (a fork and a fresh worker's first steps cost ~50-70 ms a call, 15-20%
-  of decoding 64 sentences at batch 32). Either way the calling program should have no other
-  threads at work at the fork (a command-line run, not a server).
+Details: docs/architecture.md, "Workers"; the measurements: docs/benchmarks.md, "Speed: qkv,
+Hugging Face and CTranslate2".
 """
 
 from __future__ import annotations

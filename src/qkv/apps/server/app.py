@@ -1,34 +1,15 @@
 """The HTTP application: a LibreTranslate-compatible API, qkv's native API, metrics and the page.
 
-    POST /translate      LibreTranslate: {"q": "Hello" | [...], "source": "en", "target": "de",
-                         "format": "text", "alternatives": 2, "api_key": ...}, JSON or form
-    GET  /languages      LibreTranslate: [{"code": "en", "name": "English", "targets": ["de"]}]
-                         (source "auto" picks the one language served into the target; qkv
-                         detects no languages, so there is no /detect)
-    POST /v1/translate   native: {"text": "Hello" | [...], "beam": 5, "alpha": 0.6, "nbest": 3,
-                         "attention": true, "alignment": true, "format": "text" | "html"}
-                         -> scores, n-best, attention
-    GET  /v1/info        the pairs, the decoding defaults and the limits (the page reads it)
-    GET  /health         {"status": "ok", ...}
-    GET  /metrics        Prometheus text format
-    GET  /               the page;  /docs: OpenAPI docs
+    app = create_app(load_models(["runs/en-de"]))     # then serve(app, port=8000)
 
-Each API is an `APIRouter` of its own: routes/libretranslate.py (/translate, /languages,
-/frontend/settings), routes/native.py (/v1/translate, /v1/info), routes/ops.py (/health,
-/metrics), routes/page.py (/, /static, /docs, /docs-assets), routes/explain.py (/explain,
-/v1/explain: a traced job on the same decoding thread). What the endpoints share (the models,
-limits, decoding defaults, API key, decoding lanes and metrics) is one `Service` (service.py) on
-`app.state.service`, which an endpoint gets as `svc: ServiceDep`; bodies.py reads request
-bodies, guard.py is the middleware. This module assembles them.
+This module assembles the parts: the middleware (guard.py), the error handlers, one `APIRouter` per
+API (routes/) and the lifespan; what the endpoints share is one `Service` (service.py) on
+`app.state.service`. Every error is {"error": "..."} with LibreTranslate's status codes. Decoding
+runs on the `Batcher`'s thread, never on the event loop, bounded before it starts and dropped at
+the next step once past its time limit or once its client has gone.
 
-Every error is {"error": "..."} with LibreTranslate's status codes: 400 a bad request (naming the
-field), 403 a missing or wrong API key, 413 a request over a limit (naming it), 503 a full queue
-(with Retry-After) or a server that stopped before answering, 504 a request over the time limit,
-500 a fault of the server itself (its traceback goes to the log, not to the client).
-Request bodies are read and checked by the endpoints; decoding runs on the `Batcher`'s thread,
-never on the event loop. A request's decoding is bounded before it starts (`Limits`: output
-tokens, beam, and their product over its sentences) and while it runs: past its time limit, or
-once its client has gone, it is dropped from its batch at the next decoding step.
+Details: docs/architecture.md, "The server" (the modules and endpoints); docs/reliability.md,
+"Serving" (the status codes, limits and faults).
 """
 
 from __future__ import annotations

@@ -2,22 +2,14 @@
 its validation metrics; the loop, checkpoints, exact resume, DDP and the time budget are the
 trainer's (`qkv.train.trainer`).
 
-    task        model         a batch                              loss
-    translate   Transformer   src (B, S), tgt (B, T+1)             TranslationLoss
-    lm          DecoderOnly   [bos] + ids -> ids + [eos]           LanguageModelLoss
-    mlm         EncoderOnly   [bos] + ids + [eos], 15% corrupted   MaskedLMLoss
-    classify    EncoderOnly   [bos] + ids + [eos] -> a label       ClassificationLoss
-
-    task = make_task(cfg)
+    task = make_task(cfg)                            # translate, lm, mlm or classify (TASKS)
     task.prepare(out, train_tokenizer=True)          # data and tokenizer (trained into out)
     model = task.build_model()
-    batch = task.collate(task.epoch_examples(sampler), indices, key)
-    loss_sum, nll_sum = task.loss_module(model)(*task.loss_inputs(batch))   # / task.count(batch)
 
-Encoder-only models read one more id than the tokenizer has: the last id of their vocabulary is
-BERT's [MASK] (`mask_id`), so that an mlm model and a classifier made from it share their shape.
-Randomness in a batch (the mlm corruption) comes from a generator seeded by the recipe's seed and
-the batch's `key` (its epoch, position and rank), so a resumed run draws the same batches.
+Randomness in a batch comes from a generator seeded by the recipe's seed and the batch's `key`, so
+a resumed run draws the same batches.
+
+Details: docs/architecture.md, "Training tasks" (each task's model, batch and loss; the calls).
 """
 
 from __future__ import annotations
