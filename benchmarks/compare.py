@@ -19,11 +19,12 @@ from pathlib import Path
 MEASURED = {
     "seconds", "best_seconds", "other_cores", "tokens_per_second", "best_tokens_per_second",
     "sentences_per_second", "peak_rss_mb", "imports_rss_mb", "load_average", "gflops_per_second",
-    "best_gflops_per_second", "flops_per_step", "repeats",
+    "best_gflops_per_second", "flops_per_step", "repeats", "first_call_seconds",
 }
 # fields that name one engine's settings; the rest of the key is the workload
 ENGINE = {"engine", "pack", "quantize", "workers", "compute_type", "threads_label", "inter",
-          "intra", "keep_freed_memory", "threads", "cache", "precision", "attention"}
+          "intra", "keep_freed_memory", "threads", "cache", "precision", "attention", "processes",
+          "capture"}
 
 
 def _rows(result: dict) -> list[dict]:
