@@ -5,10 +5,11 @@
 
 It trains the demo model once (`qkv demo --out DIR`; about 80 s on 2 CPU cores) and writes, from it:
 docs/decoding.md (the greedy and beam-4 traces), docs/walkthrough.md (the sentence through every
-layer), docs/figures/demo_attention.png (the cross-attention), docs/figures/architecture.png and
-docs/figures/serve-explain.png (the `/explain` view in headless Chromium, driven by Playwright with
-Debian's `chromium`). Each page says which machine made it: a demo trained on another machine may
-differ in the last digits. tests/test_learners_path.py runs each piece on a tiny model.
+layer), docs/figures/demo_attention.png (the cross-attention), docs/figures/architecture.png, and
+docs/figures/serve-explain.png and serve-page.png (the `/explain` view and the page at `/` in
+headless Chromium, driven by Playwright with Debian's `chromium`). Each page says which machine
+made it: a demo trained on another machine may differ in the last digits.
+tests/apps/test_learners_path.py and tests/apps/server run each piece on a tiny model.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from qkv.runtime.runtime_options import RuntimeOptions
 
 DOCS = Path(__file__).resolve().parent
 SENTENCE = "4 0 5 2"
+PAGE_SENTENCES = (SENTENCE, "1 9 8 4", "3 0 0 7 1 6")  # the serve page's example
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile")
 
 
@@ -173,6 +175,36 @@ def explain_screenshot(browser, url: str, path: Path, beam: int = 4) -> dict[str
     return shown
 
 
+def serve_page_screenshot(browser, url: str, path: Path) -> dict[str, object]:
+    """The page at `/` translating SENTENCE and two more numbers (beam 4, 3 best), the first
+    sentence selected and its third target token (or its last) hovered, saved as a PNG. Returns
+    what the page shows: the translations, the alternatives with their scores, the hovered target
+    token and the source token lit as its most attended."""
+    page = browser.new_page(viewport={"width": 1000, "height": 800})
+    page.set_default_timeout(120_000)
+    page.goto(url + "/")
+    page.wait_for_selector("body[data-ready=true]")
+    page.select_option("#beam", "4")
+    page.select_option("#nbest", "3")
+    page.fill("#source", "\n".join(PAGE_SENTENCES))
+    page.click("#translate")
+    count = f"document.querySelectorAll('.sentence').length === {len(PAGE_SENTENCES)}"
+    page.wait_for_function(count)
+    page.click(".sentence[data-i='0']")
+    token = f".tgt-token[data-t='{min(2, page.locator('.tgt-token').count() - 1)}']"
+    page.hover(token)
+    shown = {
+        "translations": page.locator(".sentence").all_inner_texts(),
+        "alternatives": [row.locator("td").all_inner_texts()[1:]
+                         for row in page.locator("#nbest-table tbody tr").all()],
+        "hovered": page.inner_text(token),
+        "lit": page.inner_text(".src-token.top"),
+    }  # fmt: skip
+    page.screenshot(path=path, full_page=True)
+    page.close()
+    return shown
+
+
 def demo_model(directory: Path) -> Path:
     """The model `qkv demo` trains, trained here unless `directory` holds one already."""
     if (directory / "model.safetensors").exists():
@@ -203,11 +235,13 @@ def main() -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=args.chromium, args=["--no-sandbox"])
             shown = explain_screenshot(browser, url, figures / "serve-explain.png")
+            page = serve_page_screenshot(browser, url, figures / "serve-page.png")
             browser.close()
     finally:
         process.terminate()
         process.wait(60)
     print(f"serve-explain.png: {shown}", file=sys.stderr)
+    print(f"serve-page.png: {page}", file=sys.stderr)
     print(made_by("python docs/learners_path.py"), file=sys.stderr)
 
 

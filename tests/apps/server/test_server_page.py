@@ -93,3 +93,28 @@ def test_the_page_fits_a_phone(server: Server, browser) -> None:
     source, output = page.locator("#source").bounding_box(), page.locator("#output").bounding_box()
     assert output["y"] >= source["y"] + source["height"]  # the panes stack
     page.close()
+
+
+def test_the_screenshot_script_drives_the_page(model_dir: Path, browser, tmp_path: Path) -> None:
+    """What docs/learners_path.py photographs for docs/figures/serve-page.png: the page's
+    translations, alternatives and lit source token are the API's."""
+    import importlib.util
+
+    from server_process import PAIR, running
+
+    path = Path(__file__).resolve().parents[3] / "docs" / "learners_path.py"
+    spec = importlib.util.spec_from_file_location("learners_path", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with running(model_dir, "--pair", PAIR, "--max-len-b", "12") as s:
+        shown = script.serve_page_screenshot(browser, s.url, tmp_path / "page.png")
+        body = {"text": list(script.PAGE_SENTENCES), "beam": 4, "nbest": 3, "attention": True}
+        want = s.client.post("/v1/translate", json=body).json()["translations"]
+    assert shown["translations"] == [t["text"] for t in want]
+    assert shown["alternatives"] == [[n["text"], f"{n['score']:.4f}"] for n in want[0]["nbest"]]
+    t = min(2, len(want[0]["target_tokens"]) - 1)
+    assert shown["hovered"] == want[0]["target_tokens"][t]
+    attention = want[0]["attention"][t]
+    assert shown["lit"] == want[0]["source_tokens"][attention.index(max(attention))]
+    assert (tmp_path / "page.png").stat().st_size > 10_000
