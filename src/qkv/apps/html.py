@@ -5,17 +5,12 @@
     page.join(["Klicken Sie hier, um zu beginnen.", "Jetzt."])
     # '<p><a href="/go">Klicken Sie hier, um zu beginnen.</a> <b>Jetzt.</b></p>'
 
-The page is parsed with BeautifulSoup (Python's own html.parser): tags, attributes, entities,
-comments and the structure stay as they are; only text changes. Text is read in runs: the text
-and inline elements (`a`, `b`, `em`, `span`, ...) between two block boundaries, cut into
-sentences as plain text is (`qkv.apps.documents`). A sentence inside one text node is replaced
-there. A sentence that crosses inline tags ("Click <a>here</a> to start.") is translated whole,
-and the inline tags it crossed move to its edges: they wrap the whole translated sentence (qkv
-does not guess where the linked words went). The text of `script`, `style`, `code`, `pre`,
-`textarea`, `kbd`, `samp` and `var` is never translated, and such an element ends a run;
-comments and CDATA sections (a comment to an HTML browser) stay as they are. The tree is walked
-without recursion, so any depth of nesting is translated (BeautifulSoup >= 4.12.1 writes it out
-without recursion too); `join` may be called again (for the next best translations).
+Parsed with BeautifulSoup (html.parser): tags, attributes, entities, comments, CDATA and the
+structure stay; only text changes, read in runs between block boundaries and cut into sentences
+as plain text is. A sentence that crosses inline tags is translated whole, the tags it crossed
+moved to its edges; `script`, `style`, `code`, `pre` and the like are never translated. The tree
+is walked without recursion (any depth), and `join` may be called again (the next best ones).
+Details: docs/architecture.md, "Documents".
 """
 
 from __future__ import annotations

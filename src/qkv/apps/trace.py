@@ -6,16 +6,8 @@ exactly greedy, `decode.search`).
     steps = trace_translation(translator, "4 0 5 2", DecodeOptions(beam=3))
     print(format_trace(steps, translator, DecodeOptions(beam=3)))
 
-    beam 3, length penalty alpha 0.6: score = log-prob / ((5 + length) / 6) ** alpha, ...
-    step 0   candidates by summed log-prob (showing 8 at most)
-       1   -0.485  ▁four                                    kept
-       2   -1.134  ▁forty                                   kept
-    ...
-    step 7   candidates by summed log-prob (showing 8 at most)
-       1   -1.952  ▁four ▁thousand ... - two </s>  ended  score -1.227 = -1.952 / lp(8) 1.590
-    ...
-    finished hypotheses, best score first:
-        -1.227  (log-prob -1.952, p 0.142)  four thousand five hundred twenty-two
+
+A worked trace of the demo model: docs/decoding.md.
 """
 
 from __future__ import annotations

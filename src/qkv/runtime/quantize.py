@@ -6,13 +6,10 @@ own range, and the matmul runs in int8 with int32 accumulation. Embeddings, laye
 attention itself stay in float32. Weights shrink 4x, which is what a memory-bound batch-1 decoder is
 waiting on.
 
-On x86 torch has two int8 libraries for these products, fbgemm and oneDNN (whose products use
-AMX-INT8 where the CPU has it); they compute the same numbers, at speeds that depend on the CPU and
-on how many rows a call multiplies. `quantize_int8_measured` gives each group of layers the library
-that multiplies its rows faster on this CPU, measured on copies of the layers when the model is
-first prepared on a machine (`faster_int8_engine`, kept per CPU and shape): the encoder's layers at
-a sentence's and 32 sentences' tokens, the decoder's at 1 and 32 rows. fbgemm stays unless oneDNN
-takes at most `ENGINE_MARGIN` of its time.
+torch has two int8 libraries on x86, fbgemm and oneDNN, equal in their numbers, not in speed:
+`quantize_int8_measured` gives the encoder's and the decoder's layers each the one that is faster
+on this CPU at their row counts (`faster_int8_engine`: measured once per CPU and shape; fbgemm
+stays unless oneDNN takes at most `ENGINE_MARGIN` of its time).
 
     translator = Translator.load("runs/m30k-en-de", RuntimeOptions(quantize="int8"))
     # or, from the command line: qkv translate --quantize int8

@@ -13,7 +13,7 @@
 // unsigned bytes by signed ones, so xq + 128 is multiplied and 128 sum_k Wq[n, k] taken off. At one
 // row each weight byte serves one multiply-add: the step runs at the speed the weight streams from
 // memory, and the packed layout (one linear pass, 256 bytes a turn) lets the hardware prefetcher
-// stream it (a software prefetch ahead of it made the one-row products slower on an EPYC); up to
+// stream it (a software prefetch ahead of it measured slower at one row); up to
 // four rows share each pass. Needs AVX512-VNNI (`has_int8_linear`).
 
 #include <ATen/Parallel.h>
