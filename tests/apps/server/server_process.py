@@ -6,6 +6,7 @@ port. Every client call has a timeout, so a hung server fails a test instead of 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import queue
 import re
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -107,3 +109,13 @@ def running(model: Path, *args: str) -> Iterator[Server]:
             server.stop()
 
 
+
+
+def learners_path() -> Any:
+    """docs/learners_path.py as a module: the screenshot functions that make docs/figures."""
+    path = Path(__file__).resolve().parents[3] / "docs" / "learners_path.py"
+    spec = importlib.util.spec_from_file_location("learners_path", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script

@@ -170,15 +170,9 @@ def test_the_address_explains_its_sentence_and_the_screenshot_script_drives_it(
 ) -> None:
     """Without an API key, /explain?text=...&beam=... explains that sentence on load: what
     docs/learners_path.py photographs for docs/figures/serve-explain.png."""
-    import importlib.util
+    from server_process import PAIR, learners_path, running
 
-    from server_process import PAIR, running
-
-    path = Path(__file__).resolve().parents[3] / "docs" / "learners_path.py"
-    spec = importlib.util.spec_from_file_location("learners_path", path)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = learners_path()
     with running(model_dir, "--pair", PAIR, "--max-len-b", "12") as s:
         shown = script.explain_screenshot(browser, s.url, tmp_path / "explain.png", beam=2)
         want = s.client.post("/v1/explain", json={"text": script.SENTENCE, "beam": 2}).json()

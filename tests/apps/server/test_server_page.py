@@ -98,15 +98,9 @@ def test_the_page_fits_a_phone(server: Server, browser) -> None:
 def test_the_screenshot_script_drives_the_page(model_dir: Path, browser, tmp_path: Path) -> None:
     """What docs/learners_path.py photographs for docs/figures/serve-page.png: the page's
     translations, alternatives and lit source token are the API's."""
-    import importlib.util
+    from server_process import PAIR, learners_path, running
 
-    from server_process import PAIR, running
-
-    path = Path(__file__).resolve().parents[3] / "docs" / "learners_path.py"
-    spec = importlib.util.spec_from_file_location("learners_path", path)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = learners_path()
     with running(model_dir, "--pair", PAIR, "--max-len-b", "12") as s:
         shown = script.serve_page_screenshot(browser, s.url, tmp_path / "page.png")
         body = {"text": list(script.PAGE_SENTENCES), "beam": 4, "nbest": 3, "attention": True}
