@@ -120,8 +120,9 @@ def served_pair(body: type[BaseModel], *, form: bool = False, libre: bool = Fals
     the key), validated as `body` (400 naming the field, `validate`), then its source and
     target resolved (400 naming the pairs served, `Service.resolve`), in that order."""
 
-    async def dependency(request: Request, svc: ServiceDep) -> Asked:
-        fields = await (_form_fields if form else _json_fields)(request, svc)
+    reader = Depends(_form_fields if form else _json_fields)  # FormFields or JsonFields
+
+    async def dependency(svc: ServiceDep, fields: dict[str, Any] = reader) -> Asked:
         req = validate(body, fields, libre=libre)
         return Asked(req, svc.resolve(req.source, req.target))
 

@@ -43,9 +43,10 @@ class Done:
     warnings: list[str]
 
 
-def cut_warnings(pending: Pending, room: int, name: Callable[[int], str]) -> list[str]:
-    """A line for each sentence of the job cut to its first `room` tokens (`Job.cut`), as the
-    command line warns; `name` names sentence i of the job in the answer."""
+def cut_warnings(pending: Pending, model: ServedModel, name: Callable[[int], str]) -> list[str]:
+    """A line for each sentence of the job cut to the model's source limit (`Job.cut`), as the
+    command line warns; `name` names sentence i of the job in the answer (asked only for those)."""
+    room = model.translator.max_src_tokens - 1  # eos takes the last place
     return [
         f"{name(i)} has {n} subword tokens: only its first {room} were translated "
         "(--max-src-tokens)"
@@ -69,11 +70,16 @@ async def translate_pieces(
     svc.check_size(flat)
     pending = svc.check_options(model, options, flat, attention, alignment, glossary)
     results = iter(await svc.translate(request, pending))
-    where = [
-        f"text {i}, sentence {j}" for i, p in enumerate(pieces) for j in range(len(p.sentences))
-    ]
-    warnings = cut_warnings(pending, model.translator.max_src_tokens - 1, where.__getitem__)
-    return Done([[next(results) for _ in p.sentences] for p in pieces], warnings)
+    done = [[next(results) for _ in p.sentences] for p in pieces]
+
+    def where(k: int) -> str:  # sentence k of the job: which text, which of its sentences
+        for i, sentences in enumerate(done):
+            if k < len(sentences):
+                return f"text {i}, sentence {k}"
+            k -= len(sentences)
+        raise IndexError(k)
+
+    return Done(done, cut_warnings(pending, model, where))
 
 
 def hypothesis(piece: Pieces | HtmlDocument, done: list[Translation], k: int) -> str:

@@ -111,8 +111,7 @@ async def native(request: Request, svc: ServiceDep, asked: NativeAsked) -> JSONR
         pending = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
         results = await svc.translate(request, pending)
         answer["translations"] = [_native(r, req.attention, req.alignment) for r in results]
-        room = model.translator.max_src_tokens - 1
-        warnings = cut_warnings(pending, room, lambda i: f"{name} {i}")
+        warnings = cut_warnings(pending, model, lambda i: f"{name} {i}")
     if warnings:  # as the command line warns
         answer["warnings"] = warnings
     return JSONResponse(answer)
