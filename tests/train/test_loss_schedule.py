@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 from qkv import Transformer, TransformerConfig
 from qkv.train.loss import TranslationLoss, label_smoothed_loss, label_smoothed_loss_from_hidden
-from qkv.train.schedule import lr_multiplier, paper_peak_lr
+from qkv.train.schedule import TimeBudget, lr_multiplier, paper_peak_lr
 
 
 def test_label_smoothed_loss_matches_float64_hand_computation() -> None:
@@ -66,6 +67,54 @@ def test_annealed_schedules_warm_up_then_reach_zero_at_max_steps(schedule: str) 
         lr_multiplier(schedule, w, w)
     with pytest.raises(ValueError, match="must exceed warmup"):
         lr_multiplier(schedule, w)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_a_replanned_schedule_goes_on_from_its_rate_and_reaches_zero_at_the_new_end(
+    schedule: str,
+) -> None:
+    """Moving the end at update 10 of 100 to 30: the factor of update 11 is the one it had, then the
+    hand formula from there (anchor 10) to 0 at 30; an end past max_steps stays at max_steps."""
+    w, total = 4, 100
+    f = lr_multiplier(schedule, w, total)
+    before = f(10)
+    f.replan(10, 30)
+    assert f(10) == before and f(30) == 0.0 and [f(i) for i in range(w)] == [0.25, 0.5, 0.75, 1.0]
+    for done in range(10, 31):
+        left = (30 - done) / 20
+        shape = left if schedule == "linear" else (1 + math.cos(math.pi * (1 - left))) / 2
+        assert f(done) == pytest.approx(before * shape, abs=1e-12)
+    f.replan(20, 10**6)
+    assert f.end == total and f(20) == pytest.approx(before * 0.5, abs=1e-12)
+    warm = lr_multiplier(schedule, w, total)
+    warm.replan(2, 50)  # during warm-up: the ramp stays, the decay starts after it
+    assert [warm(i) for i in range(w + 1)] == [0.25, 0.5, 0.75, 1.0, 1.0] and warm(50) == 0.0
+    # the plan is plain numbers in LambdaLR's state: a resumed run goes on from it
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    state = json.loads(json.dumps(torch.optim.lr_scheduler.LambdaLR(opt, f).state_dict()))
+    again = lr_multiplier(schedule, w, total)
+    torch.optim.lr_scheduler.LambdaLR(opt, again).load_state_dict(state)
+    assert [again(i) for i in range(total)] == [f(i) for i in range(total)]
+
+
+def test_schedules_that_do_not_anneal_ignore_a_new_end() -> None:
+    for schedule in ("noam", "inverse_sqrt", "constant"):
+        f, g = lr_multiplier(schedule, 10, 50), lr_multiplier(schedule, 10, 50)
+        g.replan(20, 30)
+        assert [f(i) for i in range(60)] == [g(i) for i in range(60)]
+
+
+def test_a_time_budget_stops_at_the_last_validation_inside_it_and_predicts_that_step() -> None:
+    """100 s, a validation every 10 updates taking 20 s: validations at 20, 40, 60, 80 s go on (the
+    next one still fits), the one at 100 s stops; each predicts the run's end at update 50, with
+    the end handed to the schedule one interval later (60) so that the rate is not 0 before."""
+    budget = TimeBudget(100 / 3600, every=10)
+    budget.start(0.0)
+    ends = [budget.end_step(step, 2.0 * step) for step in (10, 20, 30, 40, 50)]
+    assert ends == [60, 60, 60, 60, 50]  # 50: stop now
+    slower = TimeBudget(100 / 3600, every=10)
+    slower.start(30.0)  # a resumed run: its first interval counts from where it started
+    assert slower.end_step(10, 50.0) == 40  # validations at 70 and 90 s; stop at 90 s (update 30)
 
 
 @pytest.mark.parametrize("chunk_tokens", [None, 3, 100])

@@ -341,6 +341,40 @@ def test_linear_schedule_anneals_to_zero_at_max_steps(recipe: Recipe, tmp_path: 
         recipe(schedule="rsqrt")
 
 
+def test_a_time_budget_anneals_the_linear_schedule_to_where_it_ends_the_run(
+    recipe: Recipe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """max_hours ends the run long before max_steps: the rate logged after each update follows the
+    hand formula of the plan each validation makes (from its own logged rate, straight down to the
+    predicted end), and at the last update it is a small part of the peak, not the peak."""
+    import csv
+    import itertools
+    import types
+
+    import qkv.train.trainer as trainer_module
+
+    clock = iter(float(i) for i in range(100_000))  # the loop's clock: 1 s a reading
+    monkeypatch.setattr(
+        trainer_module, "time", types.SimpleNamespace(perf_counter=lambda: next(clock))
+    )
+    every, budget = 4, 60.0
+    cfg = {"schedule": "linear", "warmup": 2, "lr": 1e-3, "max_steps": 1000, "valid_every": every}
+    Trainer(recipe(**cfg, log_every=1, max_hours=budget / 3600), tmp_path / "run").train()
+    with open(tmp_path / "run" / "log.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    lrs = {int(r["step"]): float(r["lr"]) for r in rows if r["lr"]}
+    validations = [(int(r["step"]), float(r["elapsed_s"])) for r in rows if r["valid_loss"]]
+    last = max(lrs)
+    assert last == validations[-1][0] < 1000
+    previous_s = 0.0
+    for (step, at), (next_step, _) in itertools.pairwise(validations):
+        interval, previous_s = at - previous_s, at
+        end = step + every * ((budget - at) // interval + 1)  # one interval past the last one
+        for s in range(step + 1, next_step + 1):
+            assert lrs[s] == pytest.approx(lrs[step] * (end - s) / (end - step), rel=1e-9), s
+    assert 0 < lrs[last] < 0.35e-3 and lrs[2] == 1e-3
+
+
 def test_subword_dropout_draws_a_new_segmentation_every_epoch(tmp_path: Path, recipe: Recipe) -> None:
     trainer = Trainer(recipe(subword="bpe", subword_dropout=0.1), tmp_path)
     d, tok = trainer.data, trainer.data.tokenizer

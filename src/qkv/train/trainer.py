@@ -42,7 +42,7 @@ from .distributed import all_gather, all_reduce_sum, barrier, cleanup, init_dist
 from .logs import TrainingLog, log_fields
 from .recipe import TrainConfig, validation_score
 from .rundir import Progress, RunDirectory, TrainingError
-from .schedule import lr_multiplier, paper_peak_lr
+from .schedule import TimeBudget, lr_multiplier, paper_peak_lr
 from .tasks import Task, make_task
 
 log = logging.getLogger("qkv.train")
@@ -129,13 +129,13 @@ class Trainer:
             unused = self.task.unused_parameters
             self.ddp = DistributedDataParallel(self.loss, find_unused_parameters=unused)
         self.optimizer = self._build_optimizer()
-        schedule = lr_multiplier(cfg.schedule, cfg.warmup, cfg.max_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.schedule = lr_multiplier(cfg.schedule, cfg.warmup, cfg.max_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
         # where the run stands
         self.progress = Progress()
         # each rank its own dropout stream; train() starts it
         self.rng = RngStates.seeded(cfg.seed + self.env.rank, self.device)
-        self._last_checkpoint_s = 0.0  # elapsed_s at the previous checkpoint (for max_hours)
+        self.budget = None if cfg.max_hours is None else TimeBudget(cfg.max_hours, cfg.valid_every)
         self._nonfinite_in_row = 0  # updates skipped in a row for a non-finite loss or gradient
         self.resumed = resume_from is not None
         if resume_from is not None:
@@ -382,18 +382,19 @@ class Trainer:
 
     def _out_of_time(self) -> bool:
         """Whether the next checkpoint would come after max_hours (predicted from the time since
-        the last one), so that the run ends at the last checkpoint within its budget. Rank 0's
-        clock decides for all."""
-        if self.cfg.max_hours is None:  # the same config on every rank: no collective needed
+        the last one), so that the run ends at the last checkpoint within its budget; else an
+        annealed schedule is re-planned to reach 0 where the budget ends. Rank 0's clock decides
+        for all."""
+        if self.budget is None:  # the same config on every rank: no collective needed
             return False
-        elapsed = self.progress.elapsed_s
-        interval = elapsed - self._last_checkpoint_s
-        self._last_checkpoint_s = elapsed
-        out = self.env.is_main and elapsed + interval > 3600 * self.cfg.max_hours
-        if out:
+        end = self.budget.end_step(self.step, self.progress.elapsed_s) if self.env.is_main else 0
+        end = round(all_reduce_sum(float(end), self.env, self.device))
+        if end <= self.step:
             what = f"the next checkpoint would pass max_hours {self.cfg.max_hours:g}"
             log.info("step %d: stopping, %s", self.step, what)
-        return bool(all_reduce_sum(float(out), self.env, self.device))
+            return True
+        self.schedule.replan(self.step, end)
+        return False
 
     # --- the loop ------------------------------------------------------------------------------
     def train(self) -> TrainResult:
@@ -442,7 +443,8 @@ class Trainer:
         batches = self._batches()
         window = _Window()
         start = time.perf_counter() - self.progress.elapsed_s
-        self._last_checkpoint_s = self.progress.elapsed_s
+        if self.budget is not None:
+            self.budget.start(self.progress.elapsed_s)
         quiet = None if self.env.is_main else True  # None: off when not writing to a terminal
         bar = tqdm(total=cfg.max_steps, initial=self.step, disable=quiet, **PROGRESS_BAR)
         with bar:
