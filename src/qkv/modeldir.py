@@ -1,5 +1,4 @@
-"""The model directory: everything needed to use a trained model, and nothing that runs code on
-load.
+"""The model directory: everything needed to use a trained model, nothing that runs code on load.
 
     config.json        {"architecture": "transformer", "model": TransformerConfig.to_dict(), ...}
                        and, when known, the languages: "src_lang": "en", "tgt_lang": "de"
@@ -12,9 +11,8 @@ This module owns these names and the way files are written: every file goes thro
 (a temporary file `.NAME.<pid>.tmp` in the same directory, fsync, then rename), so a crash leaves
 either the old file or the new one, never half of one. A write that fails (a full disk) removes its
 temporary file and raises an OSError naming the file; the temporaries a killed process leaves are
-removed by later writes (`remove_orphan_temporaries`). Training checkpoints
-(`qkv.train.checkpoints`) and the tokenizer use the same names and writers. Loading reads JSON and
-safetensors only: no pickle, so a model directory cannot execute code.
+removed by later writes (`remove_orphan_temporaries`). Checkpoints and the tokenizer use the same
+names and writers. Loading reads JSON and safetensors only: no pickle, so no code runs on load.
 """
 
 from __future__ import annotations

@@ -5,12 +5,9 @@ Added to the embeddings (absolute):
                                     PE(pos, 2i+1) = cos(pos / 10000^(2i/d))
   * `LearnedPositionalEmbedding`    a trained table, one row per position (BERT, GPT-2)
 Applied inside attention (relative):
-  * `RotaryEmbedding`               rotate q and k by position-dependent angles
-                                    (RoPE, Su et al. 2021)
-  * `RelativePositionBias`          a learned per-head bias per bucketed distance
-                                    (T5, Raffel et al. 2020)
-  * `ALiBi`                         a fixed per-head linear penalty -m_h * |i - j|
-                                    (Press et al. 2022)
+  * `RotaryEmbedding`               rotate q and k by position-dependent angles (RoPE, Su 2021)
+  * `RelativePositionBias`          a learned per-head bias per bucketed distance (T5, Raffel 2020)
+  * `ALiBi`                         a fixed per-head linear penalty -m_h * |i - j| (Press 2022)
 
 Biases have shape (1, H, T_q, T_k) and are added to the attention scores; the queries are the LAST
 T_q of T_k positions, so the same call serves full passes (T_q = T_k) and incremental decoding

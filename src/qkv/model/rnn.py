@@ -11,9 +11,8 @@ The score is qkv's `AdditiveScore` (one head over the full width D); its key pro
 computed once per source. The model speaks the decoding interface (`qkv.decode.interface`) like the
 Transformer, so greedy, beam search and sampling decode it unchanged: `RecurrentCache` holds each
 hypothesis row's GRU states and each source row's projected keys, and `reorder(rows, sources)`
-follows beam search's back-pointers. Without a cache every step reruns the decoder over the prefix.
-Config fields used: d_model (embeddings, annotations and states), n_encoder_layers,
-n_decoder_layers, dropout, the vocabulary, share_embeddings and tie_output.
+follows beam search's back-pointers. Config fields used: d_model (embeddings, annotations and
+states), n_encoder_layers, n_decoder_layers, dropout, the vocabulary, share/tie of embeddings.
 """
 
 from __future__ import annotations

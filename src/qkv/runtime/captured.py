@@ -1,20 +1,18 @@
 """A captured decoding step: the decoder's one-new-token step compiled into one C++ program.
 
-At batch 1 a decoding step is a few hundred small operations, each paying Python and dispatch costs
-that dwarf its arithmetic in eager PyTorch. `CapturedDecoder` takes the place of a model's `Decoder`
-(swapped in from outside, `capture_decoder`) and runs that step through `torch.compile`
-(TorchInductor, C++ wrapper, frozen weights, symbolic shapes: one program per family of shapes,
-`own_step`). The step writes each layer's new key and value into the model's own `DecoderCache` in
-place, and attention reads only the positions held, rounded up to `READ_BLOCK`. Everything else
-(the first call of a prefix, attention weights, training) runs the readable `Decoder` it wraps.
+At batch 1 a decoding step is a few hundred small operations, each paying more in Python and
+dispatch than in arithmetic. `CapturedDecoder` replaces a model's `Decoder` (`capture_decoder`) and
+runs that step through `torch.compile` (TorchInductor, C++ wrapper, frozen weights, symbolic
+shapes: a program per family of shapes, `own_step`), writing each layer's new key and value into
+the model's `DecoderCache` in place; attention reads the positions held, rounded up to `READ_BLOCK`.
+The rest (a prefix's first call, attention weights, training) runs the readable `Decoder` it wraps.
 
 int8 (`int8_linears`): the step's linear layers are `Int8Linear` (weights per output row, inputs per
 row at run time, as CTranslate2 does), each product on the kernel measured faster and checked right
 on this CPU (`runtime.int8_choice`); its caches hold float16 (`INT8_KV_DTYPE`); the encoder and the
 memory projections (many rows, once per source) are torch's dynamic int8 (`runtime.quantize`).
 Attention runs qkv's C++ kernel (`runtime.kernels`) where it builds. Compiling costs seconds once
-per process (cached on disk in `TORCHINDUCTOR_CACHE_DIR`). What it gains: docs/benchmarks.md, "A
-captured decoding step"; `tests/runtime/test_captured.py` checks it against the readable decoder.
+per process (cached in `TORCHINDUCTOR_CACHE_DIR`); gains: docs/benchmarks.md, "A captured step".
 """
 
 from __future__ import annotations

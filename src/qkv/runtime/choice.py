@@ -1,15 +1,13 @@
 """Which decoding path runs fastest on this CPU: precision and weight packing, chosen by measuring.
 
-Whether packed weights (`runtime.packed`) or plain `nn.Linear` decode faster, and whether bf16 beats
-float32, depends on the CPU and on the model's shape, not on a flag one can read (CPUs that
-disagree: docs/benchmarks.md, "Default decoding path"). So `choose_decoding_path` decodes a few
-greedy steps with the model itself in each path the CPU supports, for 1 and for 32 sentences, and
-keeps the fastest (`runtime.measure.fastest`); a packed path whose hypotheses are not its plain
-twin's on this CPU is never chosen. Where plain weights decode one sentence faster and packed ones a
-batch, a third path takes both (`with_plain_rows`: twice the weight memory). bf16 is a candidate
-only where the CPU multiplies it natively (`runtime.precision`; its BLEU against float32's:
-docs/results.md). The verdict is kept per CPU, torch version, thread count and shape
-(`runtime.measure`), so a model is timed once per machine.
+Whether packed weights (`runtime.packed`) or plain `nn.Linear`, bf16 or float32 decode faster
+depends on the CPU and the model's shape, not on a flag one can read (docs/benchmarks.md, "Default
+decoding path"). So `choose_decoding_path` decodes a few greedy steps with the model itself in each
+path the CPU supports, for 1 and 32 sentences, and keeps the fastest (`runtime.measure.fastest`),
+never a packed path whose hypotheses differ from its plain twin's here. Where plain weights decode
+one sentence faster and packed ones a batch, a third path takes both (`with_plain_rows`: twice the
+weight memory). bf16 is a candidate only where it is native (`runtime.precision`). The verdict is
+kept per CPU, torch version, threads and shape (`runtime.measure`): timed once per machine.
 
     path = choose_decoding_path(model, "cpu")   # what the user left open is measured
     print(path.why)                             # decoding path: bf16, packed weights (...)

@@ -2,8 +2,7 @@
 
 bf16 pays where the hardware multiplies bf16 natively: a CUDA device with bf16 support, or a CPU
 with the AVX512_BF16 or AMX-BF16 instructions (read from /proc/cpuinfo when asked, never from a
-list of CPU models). There, bf16 matrix products run several times faster than fp32 ones; elsewhere
-torch emulates them, slower than fp32.
+list of CPU models); elsewhere torch emulates bf16, slower than fp32.
 
 * `auto`: bf16 where it is native, fp32 elsewhere. Training adds two measured rules on the CPU: a
   model narrower than `CPU_BF16_MIN_D_MODEL` keeps fp32, and so does a CPU whose bf16 matrix

@@ -3,16 +3,12 @@ each computing what the plain model computes (docs/benchmarks.md, "bf16 against 
 
 * `MaskDropout` replaces `nn.Dropout` (`runtime.swap.replace_modules`): the same function (zero
   each element with probability p, scale the rest by 1 / (1 - p)), with the mask cut from random
-  64-bit integers, four 15-bit uniform draws from each (`keep_mask`). torch's CPU dropout draws
-  one `bernoulli_` per element and `torch.rand` one float per element from the same serial
-  generator; a quarter of the draws takes less than half `rand`'s time and a sixth of
-  `bernoulli_`'s. With the paper's residual dropout after every sub-layer that is 5–10% of a small
-  model's step.
+  64-bit integers, four 15-bit uniform draws from each (`keep_mask`): a quarter of the serial
+  generator's draws that torch's `bernoulli_` (one per element) makes.
 * In bf16 on the CPU, attention takes the readable path (two bf16 matmuls and an fp32 softmax,
   `scaled_dot_product_attention`; the module's own `fused` switch set to False) instead of the
-  fused `F.scaled_dot_product_attention`: at translation lengths (tens of tokens) the fused
-  kernel's bf16 backward is ~5x slower than the readable path's; in fp32 the two are even, so fp32
-  keeps the fused kernel.
+  fused `F.scaled_dot_product_attention`, whose bf16 backward is slower at translation lengths;
+  fp32 keeps the fused kernel.
 
     notes = prepare_for_training(model, precision="bf16", device=torch.device("cpu"))
 """

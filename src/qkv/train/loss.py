@@ -1,12 +1,10 @@
-"""Label-smoothed cross entropy (paper 5.4, eps_ls = 0.1), summed over the real (non-pad) target
-tokens.
+"""Label-smoothed cross entropy (paper 5.4, eps_ls = 0.1), summed over the real target tokens.
 
     loss = (1 - eps) * (-log p(y)) + eps * mean_k(-log p(k))
 
 the definition `F.cross_entropy(..., label_smoothing=eps)` uses, written out so that one log-softmax
-serves both the smoothed loss and the plain NLL (for perplexity): over a large vocabulary the
-log-softmax is a good part of a small model's step. Sums, not means, are returned so that batches
-accumulated over several steps (or devices) can be divided by their total token count exactly once.
+serves both the smoothed loss and the plain NLL (for perplexity). Sums, not means, are returned
+so that batches accumulated over steps (or devices) are divided by their total token count once.
 
 In training the loss starts from the decoder's hidden states instead of the logits
 (`TranslationLoss`, `label_smoothed_loss_from_hidden`): the pad positions are dropped before the

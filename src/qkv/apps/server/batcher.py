@@ -1,7 +1,6 @@
 """Batching under load: the sentences of requests that arrive together, decoded in shared batches.
 
-    batcher = Batcher({"en-de": translator}, max_queue=256, max_wait=0.005)
-    batcher.start()
+    batcher = Batcher({"en-de": translator}, max_queue=256, max_wait=0.005); batcher.start()
     job = translator.prepare(["Hello."], DecodeOptions())   # encoded once, its work counted
     future = batcher.submit(Pending("en-de", job))          # a concurrent.futures.Future
     translations = future.result()                          # [Translation], in order
@@ -11,9 +10,9 @@ One thread owns the models. It gathers the requests that arrive within `max_wait
 joins those of one pair and options into one job (`Job.joined`), cheapest job first, and decodes
 it in batches of at most `runtime.batch_tokens` padded source tokens, longest sentences first;
 each request gets its own translations, which do not depend on what else shared its batch (scores
-to float32 rounding). Small requests step in between the steps of a large round (`_step_in`); a
-request whose caller gave up leaves its batch at the next step; the queue is bounded (QueueFull);
-a traced request (`Pending.traced`, the explain view's search) runs alone, by its own function.
+to float32 rounding). Small requests step in between a large round's steps (`_step_in`), a
+request whose caller gave up leaves at the next step, the queue is bounded (QueueFull), and a
+traced request (`Pending.traced`, the explain view's search) runs alone.
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ the two decoding lanes and the metrics, in one `Service` on `app.state.service`.
 
 A request's decoding is bounded before it starts (`check_options`: output tokens, beam, and their
 product over its sentences) and while it runs (`translate`): past its time limit, or once its
-client has gone, it is dropped from its batch at the next decoding step. Requests that may decode
-more than `Limits.long_request_tokens` tokens go to a lane (a `Batcher`) of their own, so that
-ordinary ones do not wait behind them.
+client has gone, it leaves its batch at the next decoding step. Requests that may decode more
+than `Limits.long_request_tokens` tokens have a lane (a `Batcher`) of their own.
 """
 
 from __future__ import annotations

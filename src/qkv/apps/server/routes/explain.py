@@ -7,9 +7,8 @@
 steps: per step of the beam search (`apps.trace.traced_search`) the candidates (subword pieces,
 summed log-prob), those that ended there (with their length-penalised score), those kept, and
 whether the search ended there. maps: every layer's and head's attention of the best hypothesis
-of that same search (`Translator.translation_of(..., maps=True)`): encoder
-[layer][head][S][S], decoder [layer][head][T][T], cross [layer][head][T][S]. Floats are rounded to
-3 decimals.
+of that search (`Translator.translation_of(..., maps=True)`): encoder [layer][head][S][S],
+decoder [layer][head][T][T], cross [layer][head][T][S]. Floats are rounded to 3 decimals.
 
 One sentence at a time, within the server's limits (characters, beam, decoded tokens, and at most
 MAX_SOURCE_TOKENS source tokens: 413 over it), decoded by the server's decoding thread as a traced
