@@ -38,10 +38,10 @@ DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 @pytest.mark.skipif(not (DATA / "multi30k").is_dir(), reason="Multi30k is not in ../shared/data")
 def test_language_demo_trains_scores_and_draws(tmp_path: Path) -> None:
     """`qkv demo --corpus multi30k`'s pipeline on a tiny model and 3 updates: its sacreBLEU is
-    sacreBLEU's own on the saved model's greedy translations; the attention maps are drawn."""
+    sacreBLEU's own on the saved model's translations (beam 4); the attention maps are drawn."""
     import sacrebleu
 
-    from qkv.apps.demo import run_language_demo
+    from qkv.apps.demo import LANGUAGE_DECODING, run_language_demo
     from qkv.data.named import load_named
     from qkv.decode.options import DecodeOptions
 
@@ -51,7 +51,8 @@ def test_language_demo_trains_scores_and_draws(tmp_path: Path) -> None:
     )
     assert result.steps == 3
     test = load_named("multi30k", "test_2016_flickr", "en", "de", DATA)
-    hyps = Translator.load(result.out_dir).translate(test.src[:12], DecodeOptions(beam=1))
+    assert DecodeOptions(beam=4, alpha=0.6) == LANGUAGE_DECODING
+    hyps = Translator.load(result.out_dir).translate(test.src[:12], LANGUAGE_DECODING)
     want = sacrebleu.corpus_bleu(hyps, [test.tgt[:12]], lowercase=True).score
     assert result.bleu == pytest.approx(want)
     assert [e[1] for e in result.examples] == hyps[:8]

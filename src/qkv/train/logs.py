@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import math
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,30 @@ def log_fields(valid_metrics: tuple[str, ...]) -> list[str]:
 
 
 LOG_FIELDS = log_fields(("valid_loss", "valid_ppl", "valid_bleu"))  # a translation run's
+
+
+@dataclass
+class TrainWindow:
+    """Training sums since the last log row, and the row's training columns they give."""
+
+    loss: float = 0.0
+    nll: float = 0.0
+    tokens: int = 0
+    start: float = field(default_factory=time.perf_counter)
+
+    def add(self, loss: float, nll: float, tokens: int) -> None:
+        self.loss += loss
+        self.nll += nll
+        self.tokens += tokens
+
+    def columns(self, all_tokens: float) -> dict[str, float]:
+        """Loss and perplexity per token of this rank; throughput of `all_tokens` (all ranks')."""
+        per_token = max(self.tokens, 1)
+        return {
+            "train_loss": self.loss / per_token,
+            "train_ppl": math.exp(min(self.nll / per_token, 50.0)),
+            "tokens_per_s": all_tokens / max(time.perf_counter() - self.start, 1e-9),
+        }
 
 
 class TrainingLog:

@@ -39,7 +39,7 @@ from ..runtime.process import RELEASE_EVERY, release_freed_memory
 from ..runtime.training import prepare_for_training
 from .checkpoints import RngStates
 from .distributed import all_gather, all_reduce_sum, barrier, cleanup, init_distributed
-from .logs import TrainingLog, log_fields
+from .logs import TrainingLog, TrainWindow, log_fields
 from .recipe import TrainConfig, validation_score
 from .rundir import Progress, RunDirectory, TrainingError
 from .schedule import TimeBudget, lr_multiplier, paper_peak_lr
@@ -64,21 +64,6 @@ class TrainResult:
     best_metric: float | None
     stopped_early: bool
     history: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class _Window:
-    """Training sums since the last log row."""
-
-    loss: float = 0.0
-    nll: float = 0.0
-    tokens: int = 0
-    start: float = field(default_factory=time.perf_counter)
-
-    def add(self, loss: float, nll: float, tokens: int) -> None:
-        self.loss += loss
-        self.nll += nll
-        self.tokens += tokens
 
 
 class Trainer:
@@ -441,7 +426,7 @@ class Trainer:
         stopped early (patience or max_hours)."""
         cfg = self.cfg
         batches = self._batches()
-        window = _Window()
+        window = TrainWindow()
         start = time.perf_counter() - self.progress.elapsed_s
         if self.budget is not None:
             self.budget.start(self.progress.elapsed_s)
@@ -469,7 +454,7 @@ class Trainer:
                         lr=f"{row['lr']:.2e}",
                         tok_s=f"{row['tokens_per_s']:.0f}",
                     )
-                    window = _Window()
+                    window = TrainWindow()
                 self.progress.elapsed_s = time.perf_counter() - start
                 stop = False
                 if self.step % cfg.valid_every == 0 or self.step == cfg.max_steps:
@@ -483,19 +468,11 @@ class Trainer:
             self._checkpoint({})
         return False
 
-    def _train_row(self, window: _Window) -> dict[str, Any]:
+    def _train_row(self, window: TrainWindow) -> dict[str, Any]:
         """The log row of the training window: loss and perplexity per token, throughput."""
         tokens = all_reduce_sum(window.tokens, self.env, self.device)
-        elapsed = time.perf_counter() - window.start
-        per_token = max(window.tokens, 1)
-        return {
-            "step": self.step,
-            "epoch": self.sampler.epoch,
-            "lr": self.scheduler.get_last_lr()[0],
-            "train_loss": window.loss / per_token,
-            "train_ppl": math.exp(min(window.nll / per_token, 50.0)),
-            "tokens_per_s": tokens / max(elapsed, 1e-9),
-        }
+        lr = self.scheduler.get_last_lr()[0]
+        return {"step": self.step, "epoch": self.sampler.epoch, "lr": lr, **window.columns(tokens)}
 
 
 def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
