@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import random
 import re
 import statistics
@@ -90,14 +91,19 @@ def sentences(kind: str, n: int, src_len: int, seed: int = 1) -> list[str]:
 
 
 class Server:
-    def __init__(self, model: Path, threads: int, batching: bool, max_wait_ms: float) -> None:
+    """`qkv serve` on a free loopback port; `tree`: run the qkv of that source tree (its src/)."""
+
+    def __init__(
+        self, model: Path, threads: int, batching: bool, max_wait_ms: float, tree: Path | None = None
+    ) -> None:
         command = [*common.QKV, "serve", "--model", str(model), "--port", "0",
                    "--threads", str(threads), "--max-wait-ms", str(max_wait_ms), "--max-queue", "1024",
                    "--pair", "digits-en"]  # both models: digits in, English number words out
         if not batching:
             command.append("--no-batching")
+        env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree / "src")}
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                        text=True)
+                                        text=True, env=env)
         assert self.process.stdout is not None
         for line in self.process.stdout:
             found = re.search(r"listening on (http://\S+)", line)
