@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import common
-from .serve import ORDINARY, Server, post, run_clients, sentences
+from .serve import Server, post, run_clients, sentences
 
 TEXTS = ["4 0 5 2", "1 9 8 4", "3 0 0 7 1 6", "2 5", "9 9 9 1 2"]
 
@@ -39,10 +39,10 @@ def latency_pairs(urls: list[str], requests: int, warmup: int = 50) -> dict[str,
         connections.append(http.client.HTTPConnection(host, int(port), timeout=60))
     for i in range(warmup):
         for connection in connections:
-            post(connection, {**ORDINARY, "text": TEXTS[i % len(TEXTS)]})
+            post(connection, {"text": TEXTS[i % len(TEXTS)]})
     before, after = [], []
     for i in range(requests):
-        body = {**ORDINARY, "text": TEXTS[i % len(TEXTS)]}
+        body = {"text": TEXTS[i % len(TEXTS)]}
         order = (0, 1) if i % 2 == 0 else (1, 0)
         took = {k: post(connections[k], body) for k in order}
         before.append(1e3 * took[0])

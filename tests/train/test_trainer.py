@@ -341,6 +341,20 @@ def test_linear_schedule_anneals_to_zero_at_max_steps(recipe: Recipe, tmp_path: 
         recipe(schedule="rsqrt")
 
 
+def test_a_resume_that_raises_max_steps_anneals_to_the_new_one(recipe: Recipe, tmp_path: Path) -> None:
+    """max_steps may change on resume: the linear schedule then decays to the new max_steps (hand
+    formula: peak x (8 - s) / (8 - 2) after warm-up 2), not to the one the checkpoint's plan had."""
+    import csv
+
+    cfg = {"schedule": "linear", "warmup": 2, "lr": 1e-3, "valid_every": 2, "log_every": 1}
+    Trainer(recipe(**cfg, max_steps=4), tmp_path / "run").train()
+    Trainer(recipe(**cfg, max_steps=8), tmp_path / "run", resume=True).train()
+    with open(tmp_path / "run" / "log.csv", newline="") as f:
+        lrs = {int(r["step"]): float(r["lr"]) for r in csv.DictReader(f) if r["lr"]}
+    assert [lrs[s] for s in (1, 2, 3, 4)] == pytest.approx([1e-3, 1e-3, 0.5e-3, 0.0], abs=1e-12)
+    assert [lrs[s] for s in (5, 6, 7, 8)] == pytest.approx([1e-3 * (8 - s) / 6 for s in (5, 6, 7, 8)], abs=1e-12)
+
+
 def test_a_time_budget_anneals_the_linear_schedule_to_where_it_ends_the_run(
     recipe: Recipe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,6 +74,16 @@ class Multiplier:
             self.anchor_factor, self.anchor = self(done), done
         self.end = max(min(end, self.total), self.anchor + 1)
 
+    def resumed(self, total: int) -> None:
+        """After a checkpoint's plan is loaded: max_steps as the resumed run sets it (a safe key
+        to change). A plan no time budget moved decays to the new max_steps, as a fresh one
+        would."""
+        if self.end == self.total:
+            self.end = total
+        self.total = total
+        if self.schedule in ANNEALED:
+            self.end = max(min(self.end, total), self.anchor + 1)
+
 
 class TimeBudget:
     """Rank 0's clock against max_hours, read at each validation: the run stops there when the

@@ -189,6 +189,7 @@ class Trainer:
             path, self.model, self.optimizer, self.env.rank, self.device, self.data_fingerprints
         )
         self.scheduler.load_state_dict(state["scheduler"])
+        self.schedule.resumed(self.cfg.max_steps)
         self.sampler.load_state_dict(state["sampler"])
         log.info("resumed from %s (step %d)", path, self.step)
 
