@@ -47,6 +47,20 @@ def test_detection_reads_the_flags_of_a_cpuinfo_text() -> None:
     assert P.describe_hardware("cpu", P.parse_cpu_flags(ZEN4)) == "cpu: avx512_bf16 amx_bf16- (native bf16)"
 
 
+def test_an_isa_cap_in_the_environment_reads_the_cpu_as_one_without_what_it_forbids() -> None:
+    zen4 = P.parse_cpu_flags(ZEN4) | {"avx_vnni"}
+    assert P.within_isa_caps(zen4, {}) == zen4
+    assert P.within_isa_caps(zen4, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}) == zen4
+    avx2 = P.within_isa_caps(zen4, {"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert avx2 == {"fpu", "sse2", "avx2", "fma"}
+    assert not P.native_bf16("cpu", avx2)
+    assert P.within_isa_caps(zen4, {"ATEN_CPU_CAPABILITY": "avx2"}) == avx2
+    assert P.within_isa_caps(zen4, {"DNNL_MAX_CPU_ISA": "avx2_vnni"}) == avx2 | {"avx_vnni"}
+    assert P.within_isa_caps(P.parse_cpu_flags(SPR), {"ATEN_CPU_CAPABILITY": "avx512"}) == {
+        "avx2", "avx512f", "amx_tile", "amx_int8", "amx_bf16"
+    }
+
+
 def test_auto_resolves_per_device_and_model_width(monkeypatch: pytest.MonkeyPatch) -> None:
     with_bf16, without = P.parse_cpu_flags(ZEN4), P.parse_cpu_flags(SKYLAKE)
     assert P.resolve_precision("auto", "cpu", with_bf16) == "bf16"

@@ -18,6 +18,7 @@ list of CPU models); elsewhere torch emulates bf16, slower than fp32.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import warnings
 from pathlib import Path
@@ -32,6 +33,11 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # training on the CPU with `auto`: below this d_model bf16 autocast gains nothing over fp32 (its
 # casts cost what the small matmuls gain; measured in docs/benchmarks.md), so fp32 is kept
 CPU_BF16_MIN_D_MODEL = 128
+# the environment variables that cap the instructions oneDNN and ATen use, and the caps below
+# AVX-512 (and below AVX-VNNI) they accept
+ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+CAPS_WITHOUT_VNNI = {"default", "sse41", "avx", "avx2"}
+CAPS_BELOW_AVX512 = CAPS_WITHOUT_VNNI | {"avx2_vnni", "avx2_vnni_2"}
 
 
 def check_precision(setting: str) -> str:
@@ -47,12 +53,28 @@ def parse_cpu_flags(cpuinfo: str) -> set[str]:
     return set(found[1].split()) if found else set()
 
 
+def within_isa_caps(flags: set[str], environ: dict[str, str]) -> set[str]:
+    """`flags` less what the ISA caps in `environ` forbid the libraries to use.
+
+    oneDNN (ONEDNN_MAX_CPU_ISA) and ATen (ATEN_CPU_CAPABILITY) run their AVX2 code under a cap
+    below AVX-512, as on a CPU without it: the flags are read the same way.
+    """
+    caps = {environ.get(name, "").lower() for name in ISA_CAP_VARIABLES}
+    if caps & CAPS_BELOW_AVX512:
+        flags = {flag for flag in flags if not flag.startswith(("avx512", "amx"))}
+    if caps & CAPS_WITHOUT_VNNI:
+        flags = flags - {"avx_vnni"}
+    return flags
+
+
 def cpu_flags() -> set[str]:
-    """This machine's CPU flags, read now from /proc/cpuinfo (empty where there is none)."""
+    """This machine's CPU flags, read now from /proc/cpuinfo (empty where there is none), less
+    the instructions an ISA cap in the environment forbids (`within_isa_caps`)."""
     try:
-        return parse_cpu_flags(Path("/proc/cpuinfo").read_text())
+        flags = parse_cpu_flags(Path("/proc/cpuinfo").read_text())
     except OSError:
         return set()
+    return within_isa_caps(flags, dict(os.environ))
 
 
 def native_bf16(device: str | torch.device, flags: set[str] | None = None) -> bool:
