@@ -3,7 +3,8 @@
 bf16 training on a CPU with native bf16 builds oneDNN primitives for every new matrix-product shape, and with
 glibc's kept freed memory the heap fragments around them: RSS grows by gigabytes over a few hundred updates.
 `qkv train` restarts itself with tcmalloc where it is installed; this runs the same settings, in a fresh
-process, over 120 distinct batch shapes."""
+process, over 60 distinct batch shapes: without tcmalloc RSS grows by a third from the 20th shape
+to the 60th (1,303 to 1,741 MiB on an AMD EPYC with avx512_bf16), with it by 7% (1,105 to 1,179)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ prepare_for_training(model, "bf16", torch.device("cpu"))
 loss_fn, rng = TranslationLoss(model, 0.1), random.Random(0)
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 rss = []
-for step in range(120):
+for step in range(60):
     s, t = rng.randint(8, 60), rng.randint(8, 60)  # a new (rows, S, T) nearly every step
     rows = 4096 // max(s, t)
     src, tgt = torch.randint(4, 4000, (rows, s)), torch.randint(4, 4000, (rows, t + 1))
@@ -46,7 +47,7 @@ for step in range(120):
     opt.step()
     opt.zero_grad(set_to_none=True)
     rss.append(rss_mib())
-print(tcmalloc_loaded(), rss[29], rss[-1])
+print(tcmalloc_loaded(), rss[19], rss[-1])
 """
 
 
@@ -60,4 +61,4 @@ def test_bf16_training_over_many_batch_shapes_keeps_its_memory() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     loaded, early, late = out.stdout.split()
     assert (loaded == "True") == (tcmalloc_library() is not None)
-    assert float(late) <= 1.2 * float(early), (early, late)  # after 30 shapes and after 120
+    assert float(late) <= 1.2 * float(early), (early, late)  # after 20 shapes and after 60
