@@ -102,19 +102,32 @@ def test_the_step_s_attention_with_or_without_the_kernel_finds_the_same_hypothes
     assert tokens[1] == tokens[0] and tokens[2] == tokens[0]
 
 
+INT8_SHAPE = dict(d_model=64, d_ff=128, n_decoder_layers=1)  # one layer: half the compilation
+INT8_OPTIONS = RuntimeOptions(precision="fp32", quantize="int8", capture=True)
+
+
+@pytest.fixture(scope="module")
+def int8_on_kernel() -> tuple[Transformer, Transformer]:
+    """An int8 model captured with its step's layers on qkv's kernel (not measured), and its
+    float32 eager twin: no program yet."""
+    if kernels.int8_linear() is None:
+        pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
+    model = tiny_model(**INT8_SHAPE)
+    eager = prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="fp32", pack=False))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("qkv.runtime.int8_choice.choose_kernel", lambda a, b: True)
+        return eager, prepare_for_decoding(model, INT8_OPTIONS)
+
+
 def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses(
-    monkeypatch: pytest.MonkeyPatch,
+    int8_on_kernel: tuple[Transformer, Transformer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same int8 model captured with its layers on qkv's kernel and on `torch._int_mm` (each
     packed weight unpacked back to (N, K) before the first step compiles): the same integer sums,
     the same beams."""
-    if kernels.int8_linear() is None:
-        pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
     monkeypatch.setattr("qkv.runtime.int8_choice.choose_kernel", lambda a, b: True)  # not measured
-    model = tiny_model(d_model=64, d_ff=128)
-    on, off = (
-        prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="fp32", quantize="int8", capture=True)) for _ in "ab"
-    )
+    on = int8_on_kernel[1]
+    off = prepare_for_decoding(tiny_model(**INT8_SHAPE), INT8_OPTIONS)
     for m in off.modules():
         if isinstance(m, Int8Linear):
             assert m.packed is not None and m.qweight is None  # the weight held once
@@ -129,10 +142,13 @@ def test_an_int8_step_on_qkv_s_kernel_finds_torch_s_hypotheses(
     assert tokens[0] == tokens[1] and greedy_tokens[0] == greedy_tokens[1]
 
 
+NARROW = dict(d_model=32, d_ff=48, n_decoder_layers=1)
+
+
 @pytest.fixture(scope="module")
 def narrow() -> tuple[Transformer, Transformer]:
     """A model of a shape of its own (d_model 32), readable and captured: no program yet."""
-    model = prepare_for_decoding(tiny_model(d_model=32, d_ff=48, seed=11), RuntimeOptions(precision="fp32", pack=False))
+    model = prepare_for_decoding(tiny_model(**NARROW, seed=11), RuntimeOptions(precision="fp32", pack=False))
     return model, capture_decoder(copy.deepcopy(model))
 
 
@@ -179,7 +195,8 @@ def test_keys_and_values_held_in_float16_between_readable_and_captured_steps() -
     """A captured step with `kv_dtype` float16 stores the cache in float16, casting what a prefix
     (the readable decoder) left, and a readable step after it casts back: every step's logits
     within float16's rounding of the plain model's."""
-    model = prepare_for_decoding(tiny_model(d_model=32, d_ff=64, seed=8), RuntimeOptions(precision="fp32", pack=False))
+    model = tiny_model(d_model=32, d_ff=64, n_decoder_layers=1, seed=8)
+    model = prepare_for_decoding(model, RuntimeOptions(precision="fp32", pack=False))
     captured = capture_decoder(copy.deepcopy(model), kv_dtype=torch.float16)
     src = batch(random_sources(2, seed=9, max_len=7))
     tgt = torch.randint(4, 40, (2, 9))
@@ -329,18 +346,17 @@ def test_the_int8_kernel_serves_where_its_one_row_products_measure_faster(
 
 @pytest.mark.parametrize("kernel", [True, False])
 def test_captured_int8_decodes_near_its_eager_twin(
-    kernel: bool, monkeypatch: pytest.MonkeyPatch
+    kernel: bool, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With qkv's int8 kernel the output projection joins the step's layers on it; without,
     it stays fbgemm's with the encoder's layers and the memory projections."""
-    if kernel and kernels.int8_linear() is None:
-        pytest.skip("qkv's int8 kernel needs AVX512-VNNI")
-    if not kernel:
+    if kernel:
+        eager, captured = request.getfixturevalue("int8_on_kernel")
+    else:
         monkeypatch.setattr("qkv.runtime.captured.int8_linear", lambda: None)
-    monkeypatch.setattr("qkv.runtime.int8_choice.choose_kernel", lambda a, b: True)  # not measured
-    model = tiny_model(d_model=64, d_ff=128)
-    eager = prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="fp32", pack=False))
-    captured = prepare_for_decoding(model, RuntimeOptions(precision="fp32", quantize="int8", capture=True))
+        model = tiny_model(**INT8_SHAPE)
+        eager = prepare_for_decoding(copy.deepcopy(model), RuntimeOptions(precision="fp32", pack=False))
+        captured = prepare_for_decoding(model, INT8_OPTIONS)
     linear = (nn.Linear, DynamicInt8Linear, Int8Linear)
     kinds = {name: type(m) for name, m in captured.named_modules() if type(m) in linear}
     assert nn.Linear not in kinds.values()
@@ -381,7 +397,7 @@ def test_two_captured_models_of_one_shape_each_decode_with_their_own_weights(
 ) -> None:
     """Frozen weights are a program's constants and its guards skip the modules, so the program
     one model compiled must never serve another (`own_step`: each its own code object)."""
-    other = prepare_for_decoding(tiny_model(d_model=32, d_ff=48, seed=12), RuntimeOptions(precision="fp32", pack=False))
+    other = prepare_for_decoding(tiny_model(**NARROW, seed=12), RuntimeOptions(precision="fp32", pack=False))
     plains = [narrow[0], other]
     captured = [narrow[1], capture_decoder(copy.deepcopy(other))]
     src = batch(random_sources(2, seed=7, max_len=8))
