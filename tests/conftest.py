@@ -23,6 +23,13 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""  # subprocesses inherit it
 T = TypeVar("T")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """OpenMP threads that wait for work sleep instead of spinning (OMP_WAIT_POLICY=PASSIVE), in
+    every process that loads OpenMP after this point: pytest-xdist's workers, started later, and
+    the `qkv` subprocesses. A spinning thread takes a core another process of the run needs."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _decoding_paths_in_a_temporary_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The default decoding path (qkv.runtime.choice) is measured into a cache of the tests' own,
