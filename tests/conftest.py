@@ -30,6 +30,14 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with a `slow` test first, each file's tests in their own order: pytest-xdist hands
+    files to its workers in this order, so the long ones start early and the quick ones fill the
+    end (no worker idle while another finishes a long file)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _decoding_paths_in_a_temporary_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The default decoding path (qkv.runtime.choice) is measured into a cache of the tests' own,

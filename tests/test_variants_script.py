@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_heads_table_runs_at_two_updates(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "benchmarks.variants", "heads", "--steps", "2",
@@ -44,6 +45,7 @@ def test_the_heads_table_runs_at_two_updates(tmp_path: Path) -> None:
     ("extrapolation", ["--seeds", "2", "--variants", "none", "rope"],
      {f"{m}_{k}_digits" for m in ("exact", "chars") for k in (6, 7, 8, 9)} | {"seeds"}),
 ])
+@pytest.mark.slow
 def test_the_other_tables_run_at_two_updates(tmp_path: Path, table: str, extra: list[str],
                                              columns: set[str]) -> None:
     run = subprocess.run(

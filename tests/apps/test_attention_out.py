@@ -26,6 +26,7 @@ def files(out: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_rerun_into_the_same_out_is_refused_or_replaces_only_its_own_files(
     model_dir: Path,
     tmp_path: Path,

@@ -35,6 +35,7 @@ def assert_png(path: Path) -> None:
         assert image.format == "PNG" and min(image.size) >= 200, (path, image.size)
 
 
+@pytest.mark.slow
 def test_every_figure_is_drawn_as_a_png(tmp_path: Path) -> None:
     lines: list[str] = []
     paths = make_figures(tmp_path, small=True, report=lines.append)  # trains a tiny demo model too

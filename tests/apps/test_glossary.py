@@ -93,6 +93,7 @@ def test_a_glossary_needs_beam_search(translator: Translator) -> None:
             translator.translate(EN[:1], options, glossary=g)
 
 
+@pytest.mark.slow
 def test_qkv_translate_glossary(model_dir: Path, tmp_path: Path) -> None:
     terms = tmp_path / "terms.tsv"
     terms.write_text("man\t男人\nbicycle\t自行车\n", encoding="utf-8")

@@ -67,6 +67,7 @@ def test_convert_by_hub_name_and_revision_equals_converting_the_directory(
         assert (tmp_path / "named" / name).read_bytes() == (direct / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_hub_failures_are_one_line(marian_dir: Path, tmp_path: Path) -> None:
     hub_cache(tmp_path / "hub", "test-org/opus-mt-tiny", marian_dir)
     bert = tmp_path / "bert"

@@ -113,6 +113,7 @@ def demo(
     return short_demo.out_dir, out, sources
 
 
+@pytest.mark.slow
 def test_the_directory_is_what_transformers_reads(demo: tuple[Path, Path, list[str]]) -> None:
     _, out, _ = demo
     assert {p.name for p in out.iterdir()} == set(EXPORTED_FILES)

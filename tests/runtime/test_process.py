@@ -30,6 +30,7 @@ print(min(faults_of_one_step() for _ in range(3)))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_training_step_reuses_freed_memory_only_with_keep_freed_memory() -> None:
     def faults(mode: str) -> int:

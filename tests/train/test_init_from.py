@@ -155,6 +155,7 @@ def qkv_cli(tmp: Path, *args: str, offline: bool = True, **env_vars: str) -> sub
                           capture_output=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_run_from_a_hub_name_starts_from_its_weights_offline(
     marian: Path, data: dict[str, str], tmp_path: Path
 ) -> None:

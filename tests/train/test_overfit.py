@@ -14,6 +14,7 @@ from qkv.train import Trainer, load_train_config
 SHARED = Path(os.environ.get("QKV_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
+@pytest.mark.slow
 @pytest.mark.data
 def test_tiny_model_overfits_100_multi30k_pairs(tmp_path: Path) -> None:
     if not (SHARED / "multi30k" / "train.de.gz").is_file():

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.slow
 def test_two_trees_are_served_side_by_side_and_measured_in_pairs(model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "ab.json"
     command = [sys.executable, "-m", "benchmarks.serve_ab", "--model", str(model_dir),

@@ -81,6 +81,7 @@ def test_a_text_cut_to_max_src_tokens_is_said_in_the_answer(model_dir: Path) -> 
     assert [w.split(" has ")[0] for w in upload.json()["warnings"]] == ["text 0, sentence 1"]
 
 
+@pytest.mark.slow
 def test_a_loop_of_hostile_requests_leaves_ordinary_ones_quick(model_dir: Path) -> None:
     """Two clients loop the hostile request and the longest one allowed (each answered 400, or
     504 after --timeout); meanwhile ordinary requests do not wait for them: their p95 latency is
@@ -118,6 +119,7 @@ def test_a_loop_of_hostile_requests_leaves_ordinary_ones_quick(model_dir: Path) 
     assert p95 < min(long_took) / 2, (latencies, long_took)
 
 
+@pytest.mark.slow
 def test_a_request_whose_client_left_stops_decoding(model_dir: Path) -> None:
     """The client of a long request (8 times one sentence, forced to 512 tokens) gives up after
     1 s; its sentences leave the batch: they take fewer decoding steps than 8 times those of the
