@@ -32,8 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files with a `slow` test first, each file's tests in their own order: pytest-xdist hands
-    files to its workers in this order, so the long ones start early and the quick ones fill the
-    end (no worker idle while another finishes a long file)."""
+    files to its workers in this order (`--no-loadscope-reorder`, pyproject.toml), so the long
+    ones start early and the quick ones fill the end (no worker idle while another finishes a
+    long file)."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)
 
