@@ -31,9 +31,12 @@ from qkv.runtime.int8_choice import (
     int_mm_exact,
     kernel_rows_faster,
     onednn_int8_available,
+    onednn_prepack,
     onednn_rows_faster,
+    onednn_sums,
     weight_levels,
 )
+from qkv.runtime.precision import cpu_flags
 from qkv.runtime.prepare import prepare_for_decoding
 from qkv.runtime.runtime_options import RuntimeOptions
 from tiny_models import batch, random_sources, tiny_config, tiny_model
@@ -278,10 +281,11 @@ def saturated_pairs(unsigned: torch.Tensor, weight: torch.Tensor) -> torch.Tenso
 def test_a_fast_int8_product_whose_sums_are_wrong_here_is_never_chosen(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """oneDNN's product made to saturate as it does without VNNI (`saturated_pairs`), and qkv's
-    kernel made 1% off: each measures faster (injected), and neither is chosen. The weights take
-    all 8 bits, where this CPU's own products sum them exactly (elsewhere the layers take 7 bits,
-    which nothing saturates: tests/runtime/test_int8_sums.py)."""
+    """Each fast product measures faster (injected). oneDNN's own product is chosen where this
+    CPU has VNNI and refused where it has not (its u8 x s8 pair sums saturate there: measured on
+    full-range rows); made to saturate so (`saturated_pairs`) it is refused everywhere; qkv's
+    kernel made 1% off is refused. The weights take all 8 bits, where this CPU's `_int_mm` sums
+    them exactly (elsewhere the layers take 7 bits: tests/runtime/test_int8_sums.py)."""
     if not int_mm_exact():
         pytest.skip("this CPU's int8 products saturate at 8 bits: its layers take 7")
     torch.manual_seed(0)
@@ -292,7 +296,11 @@ def test_a_fast_int8_product_whose_sums_are_wrong_here_is_never_chosen(
     signed = (small.short() - 128).to(torch.int8)
     want = torch._int_mm(signed, layers[0].qweight.t()).float()
     assert torch.equal(saturated_pairs(small, layers[0].qweight), want)  # the emulation
-    assert onednn_rows_faster(layers)  # this CPU's own product: chosen
+    full = torch.full((2, 64), 255, dtype=torch.uint8)  # x at 127: the largest pair sums
+    exact = torch._int_mm((full.short() - 128).to(torch.int8), layers[0].qweight.t()).float()
+    own = onednn_sums(full, *onednn_prepack(layers[0].qweight))
+    vnni = any("vnni" in flag for flag in cpu_flags())
+    assert torch.equal(own, exact) == vnni == onednn_rows_faster(layers)
     monkeypatch.setattr("qkv.runtime.int8_choice.onednn_prepack", lambda w: (w, None))
     monkeypatch.setattr(
         "qkv.runtime.int8_choice.onednn_sums", lambda x, w, _: saturated_pairs(x, w)
@@ -309,10 +317,12 @@ def test_a_fast_int8_product_whose_sums_are_wrong_here_is_never_chosen(
 def test_the_int8_product_for_several_rows_is_chosen_by_its_measured_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Where qkv's int8 kernel does not run (no AVX512-VNNI, here injected)."""
+    """Where qkv's int8 kernel does not run (no AVX512-VNNI, here injected), and oneDNN's sums are
+    `_int_mm`'s (injected: without VNNI they are not, and it is refused, as tested above)."""
     monkeypatch.setattr("qkv.runtime.captured.int8_linear", lambda: None)
     assert choose_onednn(1.0, 0.85) and not choose_onednn(1.0, 0.95)
     model = tiny_model(d_model=64, d_ff=128)
+    monkeypatch.setattr("qkv.runtime.int8_choice.agree", lambda got, want: True)  # as with VNNI
     for verdict in (True, False):
         monkeypatch.setattr("qkv.runtime.int8_choice.choose_onednn", lambda a, b, v=verdict: v)
         step = [m for m in int8_linears(copy.deepcopy(model)).modules() if type(m) is Int8Linear]

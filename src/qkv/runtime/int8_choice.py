@@ -6,8 +6,8 @@ prepacked u8 x s8 product for several rows, or by qkv's own VNNI kernel for one 
 faster depends on the CPU; whether a fast one is right does too: a u8 x s8 product on a CPU
 without VNNI (AVX512-VNNI, AVX-VNNI) may saturate its 16-bit pair sums. So each candidate's
 outputs are checked against `_int_mm`'s on the rows it is timed on, on the CPU it runs on, and a
-candidate that disagrees is never chosen, however fast. `_int_mm` itself saturates without VNNI:
-there the layers take 7-bit weights (`weight_levels`), whose sums are exact.
+candidate that disagrees is never chosen, however fast. `_int_mm` itself may saturate (oneDNN's
+AVX2 code on a CPU with VNNI): there the layers take 7-bit weights (`weight_levels`), exact.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ class Int8Linear(Protocol):
 @functools.cache
 def int_mm_exact() -> bool:
     """Whether `torch._int_mm` sums int8 products exactly at full range on this CPU: x at 127 by
-    weights at +-127. Without VNNI, oneDNN multiplies x + 128 (uint8) by the int8 weight and
-    saturates each pair of products at 16 bits (vpmaddubsw): 255 x 127 x 2 is over 32,767."""
+    weights at +-127. In its AVX2 code (ONEDNN_MAX_CPU_ISA=AVX2), oneDNN multiplies x + 128
+    (uint8) by the int8 weight and saturates each pair of products at 16 bits (vpmaddubsw):
+    255 x 127 x 2 is over 32,767. On a CPU without VNNI torch sums exactly, in a slower loop."""
     x = torch.full((32, 64), 127, dtype=torch.int8)
     w = torch.full((16, 64), 127, dtype=torch.int8)
     w[1::2] = -127
