@@ -11,6 +11,7 @@ import pytest
 from qkv.apps.cli import main
 from qkv.apps.demo import DemoResult
 from qkv.apps.translator import Translator
+from shared_corpora import SHARED_DATA
 
 
 def test_short_demo_learns_held_out_numbers(short_demo: DemoResult) -> None:
@@ -31,7 +32,7 @@ def test_demo_command_reports_accuracy_and_location(tmp_path: Path, capsys: pyte
     assert main(["demo", "--out", str(out), "--steps", "10"]) == 2  # never overwrites a run
 
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = SHARED_DATA
 
 
 @pytest.mark.data

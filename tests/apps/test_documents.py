@@ -5,15 +5,14 @@ sentence ends are found."""
 from __future__ import annotations
 
 import gzip
-import os
 import random
-from pathlib import Path
 
 import pytest
 
 from qkv.apps.documents import split_lines, split_sentences
+from shared_corpora import SHARED_DATA
 
-DATA = Path(os.environ.get("QKV_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
+DATA = SHARED_DATA
 
 TEXTS = [
     "Hello there.  How are you?\nFine, thanks!",

@@ -1,11 +1,11 @@
 import gzip
-from pathlib import Path
 
 import pytest
 
 from qkv.apps.evaluate import Scores, bleu, chrf, score, tokenize_lowercase, tokenized_bleu
+from shared_corpora import SHARED_DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 MULTI30K = DATA / "multi30k"
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import csv
 import gzip
-import os
 from pathlib import Path
 
 import pytest
 
 from qkv.train import Trainer, load_train_config
+from shared_corpora import SHARED_DATA
 
-SHARED = Path(os.environ.get("QKV_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
+SHARED = SHARED_DATA
 
 
 @pytest.mark.slow
