@@ -13,11 +13,13 @@ from torch._dynamo.utils import counters
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from qkv import Transformer
+from qkv.config import POSITIONAL
 from qkv.decode import beam_search, greedy
 from qkv.model.attention import AttentionWeights
 from qkv.model.masks import padding_mask
 from qkv.runtime import kernels
 from qkv.runtime.captured import (
+    CAPTURABLE_POSITIONAL,
     CAPTURE_OPTIONS,
     CapturedDecoder,
     Int8Linear,
@@ -150,8 +152,10 @@ NARROW = dict(d_model=32, d_ff=48, n_decoder_layers=1)
 
 @pytest.fixture(scope="module")
 def narrow() -> tuple[Transformer, Transformer]:
-    """A model of a shape of its own (d_model 32), readable and captured: no program yet."""
-    model = prepare_for_decoding(tiny_model(**NARROW, seed=11), RuntimeOptions(precision="fp32", pack=False))
+    """A model of a shape of its own (d_model 32) and no positional encoding, readable and
+    captured: no program yet."""
+    model = tiny_model(**NARROW, positional="none", seed=11)
+    model = prepare_for_decoding(model, RuntimeOptions(precision="fp32", pack=False))
     return model, capture_decoder(copy.deepcopy(model))
 
 
@@ -169,6 +173,8 @@ def test_one_program_serves_a_whole_decode_its_reads_growing_to_the_buffer(
             before = stats["unique_graphs"]
             hyps = greedy(captured, s, min_len=20, max_len=20)
             assert [len(h.tokens) for h in hyps] == [20, 20]
+            readable = greedy(narrow[0], s, min_len=20, max_len=20)
+            assert [h.tokens for h in hyps] == [h.tokens for h in readable]
             compiled.append(stats["unique_graphs"] - before)
     assert compiled[0] <= 1 and compiled[1] == 0
 
@@ -195,10 +201,10 @@ def test_a_prefix_and_attention_weights_take_the_readable_path(
 
 
 def test_keys_and_values_held_in_float16_between_readable_and_captured_steps() -> None:
-    """A captured step with `kv_dtype` float16 stores the cache in float16, casting what a prefix
+    """A captured step (of learned positions) with `kv_dtype` float16 stores the cache in float16, casting what a prefix
     (the readable decoder) left, and a readable step after it casts back: every step's logits
     within float16's rounding of the plain model's."""
-    model = tiny_model(d_model=32, d_ff=64, n_decoder_layers=1, seed=8)
+    model = tiny_model(d_model=32, d_ff=64, n_decoder_layers=1, positional="learned", seed=8)
     model = prepare_for_decoding(model, RuntimeOptions(precision="fp32", pack=False))
     captured = capture_decoder(copy.deepcopy(model), kv_dtype=torch.float16)
     src = batch(random_sources(2, seed=9, max_len=7))
@@ -391,7 +397,11 @@ def test_captured_int8_decodes_near_its_eager_twin(
 def test_what_cannot_be_captured_is_refused_with_the_reason(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert capture_refusal(Transformer(tiny_config())) is None
+    for positional in POSITIONAL:  # the ones captured decode as the readable model: tests above
+        refusal = capture_refusal(Transformer(tiny_config(positional=positional)))
+        assert (refusal is None) == (positional in CAPTURABLE_POSITIONAL), (positional, refusal)
+        assert refusal is None or f"positional={positional!r}" in refusal
+    assert set(CAPTURABLE_POSITIONAL) < set(POSITIONAL)
     rope = Transformer(tiny_config(positional="rope"))
     assert "positional='rope'" in str(capture_refusal(rope))
     with pytest.raises(ValueError, match="cannot capture the decoding step: positional='rope'"):

@@ -50,6 +50,9 @@ READ_BLOCK = 8
 # int8's quantization of the step's inputs (1/254 of a row's largest), and halves the bytes
 # that every step reads from memory (docs/benchmarks.md, "A captured decoding step")
 INT8_KV_DTYPE = torch.float16
+# the positional encodings the step adds as one row, `absolute(zeros, length)`: those that add a
+# vector to the embedding. Any other is refused until the step computes it.
+CAPTURABLE_POSITIONAL = ("sinusoidal", "learned", "none")
 
 
 def capture_refusal(model: nn.Module) -> str | None:
@@ -57,8 +60,11 @@ def capture_refusal(model: nn.Module) -> str | None:
     decoder = getattr(model, "decoder", None)
     if not isinstance(decoder, Decoder) or getattr(model, "encoder", None) is None:
         return "a captured step needs an encoder-decoder Transformer"
-    if decoder.rotary is not None or decoder.score_bias is not None:
-        return f"positional={decoder.cfg.positional!r}: the captured step adds positions only"
+    if decoder.cfg.positional not in CAPTURABLE_POSITIONAL:
+        return (
+            f"positional={decoder.cfg.positional!r}: the captured step adds positions to the"
+            f" embedding only ({', '.join(CAPTURABLE_POSITIONAL)})"
+        )
     for layer in decoder.layers:
         for attention in (layer.self_attn, layer.cross_attn):
             if attention is None or not isinstance(attention.score, DotProductScore):
