@@ -3,9 +3,9 @@ LibreTranslate's form fields), so that every error is {"error": "field: message"
 `body_doc` documents such a body in the OpenAPI schema. The decoding fields of a body are those
 `DecodeOptions` fields whose metadata names it (`with_options`), read back by `given_options`.
 An endpoint takes its body, read and its API key checked, as a parameter `fields: JsonFields`
-(a JSON object) or `fields: FormFields` (JSON, form fields or query parameters); one that names a
-pair takes it validated, with the model serving that pair, as `asked: Asked` from
-`served_pair(Body)`."""
+(a JSON object), `fields: FormFields` (JSON, form fields or query parameters) or `form:
+MultipartFields` (a multipart body with its files); one that names a pair takes it validated,
+with the model serving that pair, as `asked: Asked` from `served_pair(Body)`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from pydantic import BaseModel, Field, ValidationError, create_model
+from starlette.datastructures import FormData
 
 from ...decode.options import OPTION_TYPES, DecodeOptions
 from .service import HTTPError, ServedModel, ServiceDep
@@ -90,8 +91,16 @@ async def _form_fields(request: Request, svc: ServiceDep) -> dict[str, Any]:
     return fields
 
 
+async def _multipart(request: Request, svc: ServiceDep) -> FormData:
+    """A multipart body, its uploaded files included; 403 as `_json_fields`."""
+    form = await request.form()
+    svc.check_key(request, form.get("api_key"))
+    return form
+
+
 JsonFields = Annotated[dict[str, Any], Depends(_json_fields)]
 FormFields = Annotated[dict[str, Any], Depends(_form_fields)]
+MultipartFields = Annotated[FormData, Depends(_multipart)]
 
 
 def validate(model: type[BaseModel], fields: dict[str, Any], libre: bool = False) -> Any:

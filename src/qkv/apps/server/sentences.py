@@ -54,32 +54,51 @@ def cut_warnings(pending: Pending, model: ServedModel, name: Callable[[int], str
     ]
 
 
+async def translate_texts(
+    request: Request,
+    svc: Service,
+    model: ServedModel,
+    texts: list[str],
+    options: DecodeOptions,
+    name: Callable[[int], str],
+    attention: bool = False,
+    alignment: bool = False,
+    glossary: Glossary | None = None,
+) -> tuple[list[Translation], list[str]]:
+    """The texts decoded in one job after the service's checks (sentences, characters, decoding
+    work), and a warning for each text cut (`name(i)` names text i in the answer): what every
+    endpoint that translates does."""
+    svc.check_size(texts)
+    pending = svc.check_options(model, options, texts, attention, alignment, glossary)
+    results = await svc.translate(request, pending)
+    return results, cut_warnings(pending, model, name)
+
+
 async def translate_pieces(
     request: Request,
     svc: Service,
     model: ServedModel,
     pieces: list[Pieces | HtmlDocument],
     options: DecodeOptions,
-    attention: bool = False,
-    alignment: bool = False,
     glossary: Glossary | None = None,
 ) -> Done:
-    """The translations of each piece's sentences, decoded in one job after the service's checks
-    (sentences, characters, decoding work); a warning for each sentence cut."""
-    flat = [sentence for p in pieces for sentence in p.sentences]
-    svc.check_size(flat)
-    pending = svc.check_options(model, options, flat, attention, alignment, glossary)
-    results = iter(await svc.translate(request, pending))
-    done = [[next(results) for _ in p.sentences] for p in pieces]
+    """The translations of each piece's sentences, decoded in one job (`translate_texts`); a
+    warning for each sentence cut."""
+    counts = [len(p.sentences) for p in pieces]
 
     def where(k: int) -> str:  # sentence k of the job: which text, which of its sentences
-        for i, sentences in enumerate(done):
-            if k < len(sentences):
+        for i, n in enumerate(counts):
+            if k < n:
                 return f"text {i}, sentence {k}"
-            k -= len(sentences)
+            k -= n
         raise IndexError(k)
 
-    return Done(done, cut_warnings(pending, model, where))
+    flat = [sentence for p in pieces for sentence in p.sentences]
+    results, warnings = await translate_texts(
+        request, svc, model, flat, options, where, glossary=glossary
+    )
+    it = iter(results)
+    return Done([[next(it) for _ in range(n)] for n in counts], warnings)
 
 
 def hypothesis(piece: Pieces | HtmlDocument, done: list[Translation], k: int) -> str:
@@ -93,4 +112,7 @@ def hypothesis_score(done: list[Translation], k: int) -> float:
     return sum(r.nbest[k][1] if k < len(r.nbest) else r.score for r in done)
 
 
-__all__ = ["Done", "cut_warnings", "hypothesis", "hypothesis_score", "split", "translate_pieces"]
+__all__ = [
+    "Done", "cut_warnings", "hypothesis", "hypothesis_score", "split", "translate_pieces",
+    "translate_texts",
+]

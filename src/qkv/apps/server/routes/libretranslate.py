@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 
-from ..bodies import Asked, body_doc, served_pair
+from ..bodies import Asked, MultipartFields, body_doc, served_pair
 from ..files import SUFFIXES, content_disposition
 from ..sentences import hypothesis, split, translate_pieces
 from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, ServiceDep
@@ -97,12 +97,10 @@ async def _translate_texts(
 
 
 @router.post("/translate_file")
-async def translate_file(request: Request, svc: ServiceDep) -> JSONResponse:
+async def translate_file(request: Request, svc: ServiceDep, form: MultipartFields) -> JSONResponse:
     """Translate an uploaded .txt or .html file (multipart fields `file`, `source`, `target`,
     `api_key`) as /translate translates text or HTML; the answer names where to download the
     translation (`translatedFileUrl`), kept for 10 minutes."""
-    form = await request.form()
-    svc.check_key(request, form.get("api_key"))
     upload = form.get("file")
     if not isinstance(upload, UploadFile) or not upload.filename:
         raise HTTPError(400, "Invalid request: missing file parameter")

@@ -28,7 +28,7 @@ from ...documents import split_sentences
 from ...glossary import Glossary
 from ...translator import Translation
 from ..bodies import Asked, body_doc, given_options, served_pair, with_options
-from ..sentences import cut_warnings, hypothesis, hypothesis_score, split, translate_pieces
+from ..sentences import hypothesis, hypothesis_score, split, translate_pieces, translate_texts
 from ..service import LANGUAGE_NAMES, HTTPError, ServedModel, Service, ServiceDep
 
 router = APIRouter(tags=["qkv"])
@@ -106,12 +106,12 @@ async def native(request: Request, svc: ServiceDep, asked: NativeAsked) -> JSONR
         name = "text"
         if req.split == "sentences":
             texts = [s for text in texts for s in split_sentences(text, model.source).sentences]
-            svc.check_size(texts)
             name = "sentence"  # the index of its translation in the answer
-        pending = svc.check_options(model, o, texts, req.attention, req.alignment, terms)
-        results = await svc.translate(request, pending)
+        results, warnings = await translate_texts(
+            request, svc, model, texts, o, lambda i: f"{name} {i}", req.attention, req.alignment,
+            terms,
+        )
         answer["translations"] = [_native(r, req.attention, req.alignment) for r in results]
-        warnings = cut_warnings(pending, model, lambda i: f"{name} {i}")
     if warnings:  # as the command line warns
         answer["warnings"] = warnings
     return JSONResponse(answer)
