@@ -15,6 +15,7 @@ Details: docs/search.md, "Constrained decoding (glossaries)".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -315,12 +316,20 @@ def constrained_beam_search(
             sentence, scores, origin, tokens = (t[keep] for t in (sentence, scores, origin, tokens))
         rows.reorder(origin.view(-1), keep)
         rows.append(tokens.view(-1))
-    return [
-        sorted(hyps, key=lambda h: (holds(h.tokens, constraints[i], flags), h.score), reverse=True)[
-            :nbest
-        ]
-        for i, hyps in enumerate(ended.hypotheses)
-    ]
+    return _best_holding(ended.hypotheses, constraints, flags, nbest)
+
+
+def _best_holding(
+    hypotheses: list[list[Hypothesis]],
+    constraints: list[Constraints],
+    flags: list[bool] | None,
+    nbest: int,
+) -> list[list[Hypothesis]]:
+    """Each row's `nbest` best hypotheses, those that hold all its constraints first."""
+    def order(i: int) -> Callable[[Hypothesis], tuple[bool, float]]:
+        return lambda h: (holds(h.tokens, constraints[i], flags), h.score)
+
+    return [sorted(hyps, key=order(i), reverse=True)[:nbest] for i, hyps in enumerate(hypotheses)]
 
 
 def search_with_constraints(

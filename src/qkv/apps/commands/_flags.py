@@ -96,8 +96,8 @@ def restart_on_cpu(args: argparse.Namespace, device: str | torch.device) -> None
     on the CPU in a process of its own (the command line's, not `cli.main` called by a program):
     glibc gives large freed blocks back to the system and maps them again, page by page, at the
     next step, and a training run's memory grows with its batch shapes; tcmalloc keeps them.
-    Decoding on the CPU runs 1.1-1.35x faster with it (docs/benchmarks.md, "The allocator for
-    decoding"); the restart costs ~1 s (Python and torch start again)."""
+    Decoding on the CPU runs faster with it, and the restart starts Python and torch again
+    (both measured in docs/benchmarks.md, "The allocator for decoding")."""
     if args.own_process and torch.device(device).type == "cpu":
         restart_with_tcmalloc()
 
