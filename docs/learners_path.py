@@ -8,7 +8,8 @@ docs/decoding.md (the greedy and beam-4 traces), docs/walkthrough.md (the senten
 layer), docs/figures/demo_attention.png (the cross-attention), docs/figures/architecture.png, and
 docs/figures/serve-explain.png and serve-page.png (the `/explain` view and the page at `/` in
 headless Chromium, driven by Playwright with Debian's `chromium`). Each page says which machine
-made it: a demo trained on another machine may differ in the last digits.
+made it: a demo trained on another machine may differ in the last digits. With `--language-model
+DIR` (a `qkv demo --corpus multi30k` model) it writes the real-language demo's two figures instead.
 tests/apps/test_learners_path.py and tests/apps/server run each piece on a tiny model.
 """
 
@@ -20,6 +21,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote_plus
 
 import torch
 
@@ -35,6 +37,7 @@ from qkv.runtime.runtime_options import RuntimeOptions
 DOCS = Path(__file__).resolve().parent
 SENTENCE = "4 0 5 2"
 PAGE_SENTENCES = (SENTENCE, "1 9 8 4", "3 0 0 7 1 6")  # the serve page's example
+LANGUAGE_SENTENCE = "A dog runs in the snow."  # the one `qkv demo --corpus multi30k` suggests
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile")
 
 
@@ -156,21 +159,24 @@ def serve(model: Path) -> tuple[subprocess.Popen[str], str]:
     raise RuntimeError("qkv serve did not start")
 
 
-def explain_screenshot(browser, url: str, path: Path, beam: int = 4) -> dict[str, str]:
-    """The `/explain` view of SENTENCE (its address `?text=`) in a Playwright browser, one map
+def explain_screenshot(
+    browser, url: str, path: Path, beam: int = 4, sentence: str = SENTENCE
+) -> dict[str, str]:
+    """The `/explain` view of `sentence` (its address `?text=`) in a Playwright browser, one map
     enlarged (the last layer's first cross-attention head) and the translation's path in the lattice
     lit, saved as a PNG. Returns what the page shows: the translation, the enlarged map's title and
     the address."""
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     page.set_default_timeout(120_000)
-    page.goto(f"{url}/explain?text={SENTENCE.replace(' ', '+')}&beam={beam}")
+    page.goto(f"{url}/explain?text={quote_plus(sentence)}&beam={beam}")
     page.wait_for_selector("body[data-render-ms]")
     page.locator("canvas.mini[data-kind=cross][data-head='0']").last.click()
     page.wait_for_selector("#enlarged-wrap:not([hidden])")
     page.locator(".cand.best").hover()  # the translation: its path lit
     page.screenshot(path=path, full_page=True)
     shown = {"translation": page.inner_text("#translation"),
-             "enlarged": page.inner_text("#enlarged-title"), "url": page.url}  # fmt: skip
+             "enlarged": page.inner_text("#enlarged-title"), "url": page.url,
+             "address": page.inner_text("#address")}  # fmt: skip
     page.close()
     return shown
 
@@ -214,11 +220,44 @@ def demo_model(directory: Path) -> Path:
     return directory
 
 
+def language_figures(model: Path, chromium: str) -> None:
+    """The real-language demo's figures, from one `qkv demo --corpus multi30k` model: its
+    cross-attention maps of the first test sentence (the demo draws them) and the `/explain`
+    view of LANGUAGE_SENTENCE (the sentence the demo suggests)."""
+    from playwright.sync_api import sync_playwright
+
+    figures = DOCS / "figures"
+    (figures / "language_demo_cross_layers.png").write_bytes(
+        (model / "attention" / "cross_layers.png").read_bytes()
+    )
+    process, url = serve(model)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            shown = explain_screenshot(
+                browser, url, figures / "language-explain.png", sentence=LANGUAGE_SENTENCE
+            )
+            browser.close()
+    finally:
+        process.terminate()
+        process.wait(60)
+    print(f"language-explain.png: {shown}", file=sys.stderr)
+    print(made_by("python docs/learners_path.py --language-model DIR"), file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="qkv-demo", help="the demo model (trained if absent)")
     parser.add_argument("--chromium", default="/usr/bin/chromium", help="the browser to drive")
+    parser.add_argument(
+        "--language-model",
+        help="a `qkv demo --corpus multi30k` model: draw only its figures (language_demo_*.png,"
+        " language-explain.png)",
+    )
     args = parser.parse_args()
+    if args.language_model:
+        language_figures(Path(args.language_model), args.chromium)
+        return
     model = demo_model(Path(args.model))
     translator = Translator.load(model, RuntimeOptions(precision="fp32", pack=False))
     (DOCS / "decoding.md").write_text(decoding_page(translator), encoding="utf-8")

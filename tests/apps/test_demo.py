@@ -37,20 +37,31 @@ DATA = SHARED_DATA
 
 @pytest.mark.data
 @pytest.mark.skipif(not (DATA / "multi30k").is_dir(), reason="Multi30k is not in ../shared/data")
-def test_language_demo_trains_scores_and_draws(tmp_path: Path) -> None:
-    """`qkv demo --corpus multi30k`'s pipeline on a tiny model and 3 updates: its sacreBLEU is
-    sacreBLEU's own on the saved model's translations (beam 4); the attention maps are drawn."""
+def test_language_demo_trains_scores_and_draws(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`qkv demo --corpus multi30k --download`'s pipeline on a tiny model and 3 updates, its data
+    downloaded into an empty folder (from a file:// mirror of the official files): its sacreBLEU
+    is sacreBLEU's own on the saved model's translations (beam 4); the attention maps are drawn."""
+    import dataclasses
+
     import sacrebleu
 
     from qkv.apps.demo import LANGUAGE_DECODING, run_language_demo
-    from qkv.data.named import load_named
+    from qkv.data.named import CORPORA, MULTI30K, load_named
     from qkv.decode.options import DecodeOptions
 
+    mirror = dataclasses.replace(MULTI30K, url=lambda rel: (DATA / "multi30k" / rel).as_uri())
+    monkeypatch.setitem(CORPORA, "multi30k", mirror)
     tiny = {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_encoder_layers": 1, "n_decoder_layers": 1}
     result = run_language_demo(
-        tmp_path / "m", DATA, test_sentences=12, vocab_size=400, max_steps=3, model=tiny
+        tmp_path / "m", tmp_path / "data", test_sentences=12, vocab_size=400, max_steps=3,
+        model=tiny, download=True,
     )
     assert result.steps == 3
+    fetched = {p.relative_to(tmp_path / "data" / "multi30k").as_posix()
+               for p in (tmp_path / "data").rglob("*") if p.is_file()}
+    assert {"train.en.gz", "test_2016_flickr.de.gz", "tok/test_2016_flickr.lc.norm.tok.de"} <= fetched
     test = load_named("multi30k", "test_2016_flickr", "en", "de", DATA)
     assert DecodeOptions(beam=4, alpha=0.6) == LANGUAGE_DECODING
     hyps = Translator.load(result.out_dir).translate(test.src[:12], LANGUAGE_DECODING)

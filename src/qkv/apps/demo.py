@@ -124,8 +124,8 @@ def run_language_demo(
     configure_process(**cfg.process_settings())
     trained = Trainer(cfg, out_dir, overwrite=overwrite).train()
     train_seconds = time.perf_counter() - start
-    test = load_named("multi30k", LANGUAGE_TEST, "en", "de", cfg.data_dir)
-    tok_refs = tokenized_reference_path("multi30k", LANGUAGE_TEST, "de", cfg.data_dir)
+    test = load_named("multi30k", LANGUAGE_TEST, "en", "de", cfg.data_dir, cfg.download)
+    tok_refs = tokenized_reference_path("multi30k", LANGUAGE_TEST, "de", cfg.data_dir, cfg.download)
     translator = Translator.load(out_dir)
     n = test_sentences or len(test.src)
     sources, targets = test.src[:n], test.tgt[:n]

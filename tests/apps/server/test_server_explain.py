@@ -179,4 +179,5 @@ def test_the_address_explains_its_sentence_and_the_screenshot_script_drives_it(
     assert shown["translation"] == want["translation"]
     assert shown["enlarged"].startswith("Cross-attention, layer 2, head 1: row = query")
     assert "text=4+0+5+2" in shown["url"] and "beam=2" in shown["url"]
+    assert shown["url"].endswith(shown["address"])  # the hint shows the address it is at
     assert (tmp_path / "explain.png").stat().st_size > 10_000

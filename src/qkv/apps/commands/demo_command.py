@@ -25,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--data-dir", help="multi30k: the named corpora's folder (or QKV_DATA_DIR)")
     parser.add_argument(
+        "--download",
+        action="store_true",
+        help="multi30k: download the files missing from --data-dir (each checked by its sha256)",
+    )
+    parser.add_argument(
         "--minutes", type=float, default=15.0, help="multi30k: the whole run's time budget"
     )
     parser.add_argument("--steps", type=int, help="training updates (default: the demo recipe's)")
@@ -67,7 +72,9 @@ def _language(args: argparse.Namespace) -> int:
     from ..demo import run_language_demo
 
     print(f"training English -> German on Multi30k for at most {args.minutes:g} minutes ...")
-    extra = {} if args.steps is None else {"max_steps": args.steps}
+    extra: dict[str, object] = {"download": args.download}
+    if args.steps is not None:
+        extra["max_steps"] = args.steps
     result = run_language_demo(
         args.out, args.data_dir, args.minutes, args.seed, args.overwrite, **extra
     )

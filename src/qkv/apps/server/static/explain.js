@@ -100,6 +100,7 @@ async function explain() {
     url.searchParams.set("text", text);
     url.searchParams.set("beam", $("beam").value);
     history.replaceState(null, "", url);
+    $("address").textContent = url.pathname + url.search;
     showError("");
     render();
     const ms = Math.round(performance.now() - started);
