@@ -22,6 +22,7 @@ import json
 import random
 import statistics
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each server")
     parser.add_argument("--no-batching", action="store_true", help="both servers without it")
     parser.add_argument("--requests", type=int, default=1500, help="latency: requests per tree")
+    parser.add_argument("--warmup", type=int, default=50, help="latency: requests first, untimed")
     parser.add_argument("--clients", type=int, default=8, help="throughput: concurrent clients")
     parser.add_argument("--windows", type=int, default=40, help="throughput: windows (even)")
     parser.add_argument("--window-sentences", type=int, default=400, help="sentences per window")
@@ -96,10 +98,19 @@ def main() -> None:
     software = common.versions("torch", "fastapi", "uvicorn")
     print(common.describe(common.machine(), software), flush=True)
     trees = [args.before.resolve(), args.after.resolve()]
-    servers = [Server(Path(args.model), args.threads, not args.no_batching, 5.0, tree) for tree in trees]
+    with ThreadPoolExecutor(2) as pool:  # both start at once; one that fails stops the other
+        starting = [pool.submit(Server, Path(args.model), args.threads, not args.no_batching, 5.0,
+                                tree) for tree in trees]  # fmt: skip
+    failed = [f.exception() for f in starting if f.exception()]
+    if failed:
+        for f in starting:
+            if not f.exception():
+                f.result().stop()
+        raise failed[0]
+    servers = [f.result() for f in starting]
     try:
         urls = [s.url for s in servers]
-        latency = latency_pairs(urls, args.requests)
+        latency = latency_pairs(urls, args.requests, args.warmup)
         print(json.dumps(latency), flush=True)
         throughput = throughput_pairs(urls, args.clients, args.windows, args.window_sentences)
         print(json.dumps(throughput), flush=True)

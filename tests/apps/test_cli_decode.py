@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import os
@@ -236,10 +237,13 @@ def test_evaluate_scores_a_lowercase_model_case_insensitively(tmp_path: Path,
 def test_translate_with_a_captured_step_gives_the_same_translations(
         model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """--capture: the decoder's step compiled (runtime.captured); the same lines out, and the
-    decoding path on stderr says so."""
+    decoding path on stderr says so. Greedy: two compiled programs (the batch, and the one row
+    left when the others end); beams compile programs of their own (tests/runtime/test_captured.py)."""
     lines = [EN[0], ZH[1], f"{EN[2]} {EN[3]}"]
     set_stdin(monkeypatch, "\n".join(lines) + "\n")
-    assert main(["translate", "--model", str(model_dir), *FAST, "--capture"]) == 0
+    greedy = ["--beam", "1", *FAST[2:]]
+    assert main(["translate", "--model", str(model_dir), *greedy, "--capture"]) == 0
     out, err = capsys.readouterr()
     assert "the decoding step captured" in err
-    assert out.splitlines() == Translator.load(model_dir).translate(lines, FAST_OPTIONS)
+    options = dataclasses.replace(FAST_OPTIONS, beam=1)
+    assert out.splitlines() == Translator.load(model_dir).translate(lines, options)

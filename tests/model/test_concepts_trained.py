@@ -155,7 +155,7 @@ class FixedContext(nn.Module):
         return (weights[:, :, None] * memory).sum(1), weights
 
 
-def recurrent_accuracy(length: int, attention: bool, steps: int = 400) -> float:
+def recurrent_accuracy(length: int, attention: bool, steps: int = 250) -> float:
     """Greedy token accuracy of a 1-layer GRU encoder-decoder (d 64) trained to reverse `length`
     symbols, with Bahdanau attention or with a fixed context."""
     torch.manual_seed(0)
@@ -190,8 +190,8 @@ def recurrent_accuracy(length: int, attention: bool, steps: int = 400) -> float:
 
 
 def test_without_attention_a_longer_source_does_not_fit_through_one_vector() -> None:
-    """400 updates each: 4 symbols pass through the fixed context (0.98 of the tokens right), 12 do
-    not (0.48), while Bahdanau attention reverses 12 (0.997)."""
+    """250 updates each: 4 symbols pass through the fixed context (0.965 of the tokens right), 12
+    do not (0.37), while Bahdanau attention reverses 12 (every token right)."""
     assert recurrent_accuracy(4, attention=False) > 0.9
     assert recurrent_accuracy(12, attention=True) > 0.95
     assert recurrent_accuracy(12, attention=False) < 0.7
