@@ -102,9 +102,13 @@ def test_the_step_s_attention_with_or_without_the_kernel_equals_the_readable_ste
     models: tuple[Transformer, Transformer],
 ) -> None:
     """The C++ kernel where it builds (`qkv.runtime.kernels`), TorchInductor's loops otherwise:
-    both step as the readable model does, beams sharing memory rows included."""
-    plain, captured = models
-    assert captured.decoder.attention_kernel == (kernels.decoding_attention() is not None)
+    both step as the readable model does, beams sharing memory rows included (the loops on a
+    model of one decoder layer: TorchInductor writes the attention's loops for each layer)."""
+    assert models[1].decoder.attention_kernel == (kernels.decoding_attention() is not None)
+    plain = prepare_for_decoding(
+        tiny_model(d_model=64, d_ff=128, n_kv_heads=2, n_decoder_layers=1),
+        RuntimeOptions(precision="fp32", pack=False),
+    )
     loops = capture_decoder(copy.deepcopy(plain))
     loops.decoder.attention_kernel = False
     assert_steps_equal(plain, loops)
