@@ -238,7 +238,7 @@ def test_translate_with_a_captured_step_gives_the_same_translations(
         model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """--capture: the decoder's step compiled (runtime.captured); the same lines out, and the
     decoding path on stderr says so. Greedy: two compiled programs (the batch, and the one row
-    left when the others end); beams compile programs of their own (tests/runtime/test_captured.py)."""
+    left when the others end); beams compile their own (tests/runtime/test_captured.py)."""
     lines = [EN[0], ZH[1], f"{EN[2]} {EN[3]}"]
     set_stdin(monkeypatch, "\n".join(lines) + "\n")
     greedy = ["--beam", "1", *FAST[2:]]

@@ -18,7 +18,8 @@ def test_two_trees_are_served_side_by_side_and_measured_in_pairs(model_dir: Path
     out = tmp_path / "ab.json"
     command = [sys.executable, "-m", "benchmarks.serve_ab", "--model", str(model_dir),
                "--before", str(ROOT), "--after", str(ROOT), "--requests", "6", "--warmup", "2",
-               "--clients", "2", "--windows", "4", "--window-sentences", "6", "--json", str(out)]  # fmt: skip
+               "--clients", "2", "--windows", "4", "--window-sentences", "6",
+               "--json", str(out)]  # fmt: skip
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.read_text())
