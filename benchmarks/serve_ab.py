@@ -8,10 +8,11 @@ throughput of `qkv serve`, before against after a change, on one machine in one 
 Both servers run at once (`--threads` each; the idle one takes no CPU), each from its tree's src/.
 Latency: the same one-sentence request to each in turn, which one goes first alternating,
 `--requests` times after `--warmup` untimed ones; per pair the difference after - before, their
-median and a bootstrap 95% interval. Throughput: `--clients` closed-loop clients (serve.py's `run_clients`) decode
-`--window-sentences` sentences on one server, then on the other (A B B A ...), `--windows` times;
-per adjacent pair of windows the ratio after / before, and their median. Pairing puts the
-machine's drift, larger than most changes on a shared machine, on both sides alike.
+median and a bootstrap 95% interval. Throughput: `--clients` closed-loop clients (serve.py's
+`run_clients`) decode `--window-sentences` sentences on one server, then on the other (A B B A
+...), `--windows` times; per adjacent pair of windows the ratio after / before, and their median.
+Pairing puts the machine's drift, larger than most changes on a shared machine, on both sides
+alike.
 """
 
 from __future__ import annotations
