@@ -5,9 +5,10 @@
 
 It trains the demo model once (`qkv demo --out DIR`; about 80 s on 2 CPU cores) and writes, from it:
 docs/decoding.md (the greedy and beam-4 traces), docs/walkthrough.md (the sentence through every
-layer), docs/figures/demo_attention.png (the cross-attention), docs/figures/architecture.png, and
-docs/figures/serve-explain.png and serve-page.png (the `/explain` view and the page at `/` in
-headless Chromium, driven by Playwright with Debian's `chromium`). Each page says which machine
+layer), docs/figures/demo_attention.png (the cross-attention; the maps it plots in
+demo_attention.json), docs/figures/architecture.png, and docs/figures/serve-explain.png and
+serve-page.png (the `/explain` view and the page at `/` in headless Chromium, driven by Playwright
+with Debian's `chromium`). Each page says which machine
 made it: a demo trained on another machine may differ in the last digits. With `--language-model
 DIR` (a `qkv demo --corpus multi30k` model) it writes the real-language demo's two figures instead.
 tests/apps/test_learners_path.py and tests/apps/server run each piece on a tiny model.
@@ -16,6 +17,7 @@ tests/apps/test_learners_path.py and tests/apps/server run each piece on a tiny 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import re
 import subprocess
@@ -27,7 +29,7 @@ import torch
 
 from qkv.apps.figures import save
 from qkv.apps.figures.architecture import draw_architecture
-from qkv.apps.figures.demo_figure import draw_demo_attention
+from qkv.apps.figures.demo_figure import demo_attention_maps, draw_demo_attention
 from qkv.apps.trace import format_trace, trace_translation
 from qkv.apps.translator import Translator
 from qkv.apps.walkthrough import explain_sentence
@@ -263,8 +265,11 @@ def main() -> None:
     (DOCS / "decoding.md").write_text(decoding_page(translator), encoding="utf-8")
     (DOCS / "walkthrough.md").write_text(walkthrough_page(translator), encoding="utf-8")
     figures = DOCS / "figures"
-    fig, summary = draw_demo_attention(model)
+    maps = demo_attention_maps(model)
+    fig, summary = draw_demo_attention(model, maps)
     save(fig, figures / "demo_attention.png")
+    (figures / "demo_attention.json").write_text(json.dumps(maps, indent=1, ensure_ascii=False)
+                                                 + "\n", encoding="utf-8")  # fmt: skip
     print(f"demo_attention.png: {summary}", file=sys.stderr)
     save(draw_architecture()[0], figures / "architecture.png")
     from playwright.sync_api import sync_playwright

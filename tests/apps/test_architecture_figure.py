@@ -1,6 +1,7 @@
 """docs/figures/architecture.png against the model it draws: the classes it names are qkv's (or
-torch's), each N× frame holds one layer's sub-layers (each with its Add & Norm, as many as the layer has
-`SublayerConnection`s), every sub-layer has its residual path, and the legend names every colour."""
+torch's), each N× frame holds one layer's sub-layers (each with its Add & Norm, as many as the
+layer has `SublayerConnection`s), every sub-layer has its residual path, and the legend names every
+colour."""
 
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ def test_the_architecture_figure_draws_the_model_s_layers() -> None:
     assert all(hasattr(qkv.model, n) or hasattr(nn, n) for n in named), named - set(dir(qkv.model))
 
     model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=16))
-    sublayers = {type(layer).__name__: sum(isinstance(m, SublayerConnection) for m in layer.modules())
-                 for layer in (model.encoder.layers[0], model.decoder.layers[0])}  # fmt: skip
+    layers = (model.encoder.layers[0], model.decoder.layers[0])
+    sublayers = {type(layer).__name__: sum(isinstance(m, SublayerConnection)
+                                           for m in layer.modules()) for layer in layers}  # fmt: skip
     boxes, frames = boxes_and_frames(ax)
     assert len(frames) == 2
     for (left, right, low, high), name in zip(sorted(frames), ("EncoderLayer", "DecoderLayer"),

@@ -5,6 +5,7 @@ the pages it committed agree with each other: one sentence, one translation, one
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -65,3 +66,51 @@ def test_consistency_the_committed_pages_agree_on_sentence_translation_machine(s
     machines = [re.search(r"Made by .* on: (.+?)\. A demo", " ".join(p.split())).group(1)
                 for p in (decoding, walk)]  # fmt: skip
     assert machines[0] == machines[1]
+
+
+def demo_attention_readings() -> dict[str, list[str]]:
+    """The numbers the demo_attention.png captions read, computed from the maps the figure plots
+    (docs/figures/demo_attention.json), as the English and the Chinese captions write them."""
+    maps = json.loads((DOCS / "figures" / "demo_attention.json").read_text(encoding="utf-8"))
+    rows = {}  # output word -> (its source tokens, its row)
+    for m in maps:
+        for token, row in zip(m["target_tokens"], m["weights"], strict=True):
+            rows.setdefault(token.strip("▁"), []).append((m["source_tokens"], row))
+    spelled = {"four": "4", "fifty": "5", "two": "2", "nine": "9", "three": "3", "eight": "8"}
+    for word, digit in spelled.items():  # a word that spells one digit looks at that digit
+        [(src, row)] = rows[word]
+        assert src[row.index(max(row))] == f"▁{digit}", word
+    one = [f"{w} {max(rows[w][0][1]):.2f}" for w in spelled]
+    eight_src, eight = rows["eight"][0]
+    before_eight = eight[eight_src.index("▁8") - 1]
+    seventeen_src, seventeen = rows["seventeen"][0]
+    on_1, on_7 = (seventeen[seventeen_src.index(d)] for d in ("▁1", "▁7"))
+    hundred = rows["hundred"][0][1][-1]
+    thousand = [w for _, row in rows["thousand"] for w in row[1:]]  # after the first digit
+    hyphen_src, hyphen = rows["-"][0]
+    ends = [row[-1] for src, row in rows["</s>"]]
+    spread, final = (f"{min(v):.2f}–{max(v):.2f}" for v in (thousand, ends))
+    on_2 = hyphen[hyphen_src.index("▁2")]
+    return {
+        "en": [", ".join(one), f"({before_eight:.2f} on the\n0 before it)",
+               f"puts {on_1:.2f} on the 1 and {on_7:.2f} on the 7",
+               f"hundred puts {hundred:.2f} on",
+               f"thousand spreads {spread} over", f"hyphen puts {hyphen[-1]:.2f} on `</s>` and "
+               f"{on_2:.2f} on the\n2", f"the final `</s>` {final} on the source"],
+        "zh": ["、".join(one), f"另有 {before_eight:.2f} 落在它前面的 0 上",
+               f"在 1 上放 {on_1:.2f}、在 7 上放 {on_7:.2f}", f"hundred 把 {hundred:.2f} 放在",
+               f"thousand 把 {spread} 分散", f"连字符把 {hyphen[-1]:.2f} 放在 `</s>` 上、{on_2:.2f} 放在 2",
+               f"在源端 `</s>` 上为 {final}"],
+    }  # fmt: skip
+
+
+def test_consistency_the_demo_attention_captions_read_the_maps_the_figure_plots() -> None:
+    readings = demo_attention_readings()
+    pages = {"en": (DOCS / "concepts.md", "**Cross-attention of the demo model**"),
+             "zh": (DOCS / "zh" / "concepts.md", "**演示模型的交叉注意力**")}  # fmt: skip
+    for language, (page, title) in pages.items():
+        text = page.read_text(encoding="utf-8")
+        start = text.index(title)
+        caption = text[start : text.index("\n\n", start)]
+        for reading in readings[language]:
+            assert reading in caption, (language, reading)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from matplotlib.figure import Figure
@@ -43,27 +44,44 @@ def train_demo_model(directory: Path, small: bool) -> Path:
 SCALE_WORDS = ("thousand", "hundred")  # words the number's length decides, not one digit
 
 
-def draw_demo_attention(model_dir: Path) -> tuple[Figure, str]:
+def demo_attention_maps(model_dir: Path) -> list[dict[str, Any]]:
+    """What the figure plots, per DEMO_NUMBERS sentence: its greedy translation, the source and
+    output tokens (`</s>` last) and the cross-attention rows (last layer, heads averaged)."""
     from ...decode.options import DecodeOptions
     from ...runtime.runtime_options import RuntimeOptions
-    from ..plots import heatmap
     from ..translator import Translator
 
     translator = Translator.load(model_dir, RuntimeOptions(precision="fp32"))
     results = translator.translate_detailed(DEMO_NUMBERS, DecodeOptions(beam=1), attention=True)
     tokenizer = translator.tokenizer
-    fig = Figure(figsize=(4 * len(DEMO_NUMBERS) + 1, 4), layout="constrained")
-    axes = fig.subplots(1, len(DEMO_NUMBERS))
-    on_end = []  # the weight of each scale word on the source </s>
-    for ax, text, result in zip(axes, DEMO_NUMBERS, results, strict=True):
+    maps = []
+    for text, result in zip(DEMO_NUMBERS, results, strict=True):
+        assert result.attention is not None
         src_ids = tokenizer.encode_src([text])[0]
-        src = [tokenizer.src_sp.id_to_piece(i) for i in src_ids] + ["</s>"]
-        tgt = [tokenizer.tgt_sp.id_to_piece(i) for i in result.tokens] + ["</s>"]
-        attention = result.attention
-        assert attention is not None
+        maps.append({
+            "source": text,
+            "translation": result.text,
+            "source_tokens": [tokenizer.src_sp.id_to_piece(i) for i in src_ids] + ["</s>"],
+            "target_tokens": [tokenizer.tgt_sp.id_to_piece(i) for i in result.tokens] + ["</s>"],
+            "weights": [[round(float(w), 6) for w in row] for row in result.attention],
+        })  # fmt: skip
+    return maps
+
+
+def draw_demo_attention(model_dir: Path, maps: list[dict[str, Any]] | None = None
+                        ) -> tuple[Figure, str]:  # fmt: skip
+    """The figure of `demo_attention_maps(model_dir)` (or of `maps`, already read)."""
+    from ..plots import heatmap
+
+    maps = demo_attention_maps(model_dir) if maps is None else maps
+    fig = Figure(figsize=(4 * len(maps) + 1, 4), layout="constrained")
+    axes = fig.subplots(1, len(maps))
+    on_end = []  # the weight of each scale word on the source </s>
+    for ax, m in zip(axes, maps, strict=True):
+        src, tgt, attention = m["source_tokens"], m["target_tokens"], torch.tensor(m["weights"])
         image = heatmap(ax, attention, src, tgt, vmin=0, vmax=1, annotate=0.1)
         ax.set_aspect("auto")
-        ax.set_title(f"{text} → {result.text}", fontsize=9)
+        ax.set_title(f"{m['source']} → {m['translation']}", fontsize=9)
         ax.set_xlabel("source token")
         rows = zip(tgt, attention, strict=True)
         on_end += [float(w[-1]) for t, w in rows if t.strip("▁") in SCALE_WORDS]
@@ -74,5 +92,5 @@ def draw_demo_attention(model_dir: Path) -> tuple[Figure, str]:
         "each named by the token it writes; columns: the source tokens (keys)",
         fontsize=10,
     )
-    summary = "; ".join(f"{t} -> {r.text}" for t, r in zip(DEMO_NUMBERS, results, strict=True))
+    summary = "; ".join(f"{m['source']} -> {m['translation']}" for m in maps)
     return fig, summary + f"; thousand/hundred on </s>: {', '.join(f'{w:.2f}' for w in on_end)}"
