@@ -266,7 +266,7 @@ def main() -> None:
     (DOCS / "walkthrough.md").write_text(walkthrough_page(translator), encoding="utf-8")
     figures = DOCS / "figures"
     maps = demo_attention_maps(model)
-    fig, summary = draw_demo_attention(model, maps)
+    fig, summary = draw_demo_attention(maps)
     save(fig, figures / "demo_attention.png")
     (figures / "demo_attention.json").write_text(json.dumps(maps, indent=1, ensure_ascii=False)
                                                  + "\n", encoding="utf-8")  # fmt: skip

@@ -30,7 +30,7 @@ from .attention_figures import (
 )
 from .common import DPI, seeded
 from .cost import draw_complexity, draw_schedule
-from .demo_figure import draw_demo_attention, train_demo_model
+from .demo_figure import demo_attention_maps, draw_demo_attention, train_demo_model
 from .position_figures import (
     draw_relative_positions,
     draw_rope_score,
@@ -90,11 +90,12 @@ def make_figures(
             if name != DEMO_FIGURE:
                 fig, summary = FIGURES[name](small)
             elif demo_model is not None:
-                fig, summary = draw_demo_attention(Path(demo_model))
+                fig, summary = draw_demo_attention(demo_attention_maps(Path(demo_model)))
             else:
                 with tempfile.TemporaryDirectory() as tmp:
                     report("training a demo model for the cross-attention figure ...")
-                    fig, summary = draw_demo_attention(train_demo_model(Path(tmp) / "demo", small))
+                    model = train_demo_model(Path(tmp) / "demo", small)
+                    fig, summary = draw_demo_attention(demo_attention_maps(model))
         path = out / f"{name}.png"
         save(fig, path)
         paths.append(path)

@@ -68,12 +68,10 @@ def demo_attention_maps(model_dir: Path) -> list[dict[str, Any]]:
     return maps
 
 
-def draw_demo_attention(model_dir: Path, maps: list[dict[str, Any]] | None = None
-                        ) -> tuple[Figure, str]:  # fmt: skip
-    """The figure of `demo_attention_maps(model_dir)` (or of `maps`, already read)."""
+def draw_demo_attention(maps: list[dict[str, Any]]) -> tuple[Figure, str]:
+    """The figure of `demo_attention_maps`' maps, and a line of what it shows."""
     from ..plots import heatmap
 
-    maps = demo_attention_maps(model_dir) if maps is None else maps
     fig = Figure(figsize=(4 * len(maps) + 1, 4), layout="constrained")
     axes = fig.subplots(1, len(maps))
     on_end = []  # the weight of each scale word on the source </s>
