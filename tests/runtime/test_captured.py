@@ -53,11 +53,13 @@ def models() -> tuple[Transformer, Transformer]:
     return model, capture_decoder(copy.deepcopy(model))
 
 
-def assert_steps_equal(plain: Transformer, captured: Transformer) -> None:
-    """Nine steps of 2 hypotheses for each of 3 padded sources (beams sharing memory rows), the
-    cache growing twice and reordered after step 5: each step's logits equal the readable ones."""
+def assert_steps_equal(plain: Transformer, captured: Transformer, per_source: int = 2) -> None:
+    """Nine steps of `per_source` hypotheses for each of 3 padded sources (2: beams sharing memory
+    rows; 1: a row each, as greedy decoding has), the cache growing twice and reordered after step
+    5: each step's logits equal the readable ones."""
     src = batch(random_sources(3, seed=2, max_len=9))  # padded: (3, S)
-    steps = torch.randint(4, 40, (6, 9), generator=torch.Generator().manual_seed(2))
+    k = per_source
+    steps = torch.randint(4, 40, (3 * k, 9), generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():  # masks and memory made here, as decoding makes them
         mask = padding_mask(src, plain.config.pad_id)
         memory = plain.encode(src, mask)
@@ -69,8 +71,9 @@ def assert_steps_equal(plain: Transformer, captured: Transformer) -> None:
                 for m, c in zip((plain, captured), caches, strict=True)
             )
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-            if t == 4:  # the second source's hypotheses leave; the others swap places
-                rows, sources = torch.tensor([1, 0, 5, 4]), torch.tensor([0, 2])
+            if t == 4:  # the second source's hypotheses leave; each other's swap places
+                rows = torch.tensor([*range(k - 1, -1, -1), *range(3 * k - 1, 2 * k - 1, -1)])
+                sources = torch.tensor([0, 2])
                 for c in caches:
                     c.reorder(rows, sources)
                 steps, memory, mask = steps[rows], memory[sources], mask[sources]
@@ -111,7 +114,8 @@ def test_the_step_s_attention_with_or_without_the_kernel_equals_the_readable_ste
     )
     loops = capture_decoder(copy.deepcopy(plain))
     loops.decoder.attention_kernel = False
-    assert_steps_equal(plain, loops)
+    for per_source in (2, 1):  # beams sharing memory rows, then one row per source
+        assert_steps_equal(plain, loops, per_source)
 
 
 INT8_SHAPE = dict(d_model=64, d_ff=128, n_decoder_layers=1)  # one layer: half the compilation
